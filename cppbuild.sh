@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds libmamba.so (C++17 CPU backend, plus CUDA kernels when nvcc is present) and installs it with
+# its public header under a prefix, for the JavaCPP preset to parse and link against.
+#
+#   bash cppbuild.sh install -platform=linux-x86_64 -prefix=DIR -openblas=DIR [-cuda=auto|on|off]
+#
+# Incremental: does nothing when the installed library is newer than every source and the flags
+# did not change. CUDA: "auto" (default) builds the kernels if nvcc is found (CUDA_HOME, /usr/local/cuda
+# or PATH) and prints a line saying so otherwise; the library then answers "no CUDA device".
+set -euo pipefail
+
+PLATFORM=linux-x86_64; PREFIX=; OPENBLAS=; CUDA=${MAMBA_CUDA:-auto}
+for arg in "$@"; do
+  case $arg in
+    install) ;;
+    -platform=*) PLATFORM=${arg#*=} ;;
+    -prefix=*) PREFIX=${arg#*=} ;;
+    -openblas=*) OPENBLAS=${arg#*=} ;;
+    -cuda=*) CUDA=${arg#*=} ;;
+    *) echo "cppbuild.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+[ "$PLATFORM" = linux-x86_64 ] || { echo "cppbuild.sh: platform $PLATFORM is not supported (linux-x86_64 only)" >&2; exit 2; }
+[ -n "$PREFIX" ] || { echo "cppbuild.sh: -prefix=DIR is required" >&2; exit 2; }
+[ -f "$OPENBLAS/include/cblas.h" ] || { echo "cppbuild.sh: -openblas=DIR must hold include/cblas.h and libopenblas.so.0 (got '$OPENBLAS')" >&2; exit 2; }
+
+ROOT=$(cd "$(dirname "$0")" && pwd)
+SRC=$ROOT/kernels
+NVCC=
+if [ "$CUDA" != off ]; then
+  for c in "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc "$(command -v nvcc || true)"; do
+    [ -n "$c" ] && [ -x "$c" ] && { NVCC=$c; break; }
+  done
+  [ -n "$NVCC" ] || [ "$CUDA" = auto ] || { echo "cppbuild.sh: -cuda=on but nvcc was not found" >&2; exit 1; }
+  [ -n "$NVCC" ] || echo "cppbuild.sh: nvcc not found - building libmamba without CUDA (CPU only)"
+fi
+
+CXXFLAGS="-std=c++17 -O3 -fPIC -march=x86-64-v3 -fopenmp-simd -fno-math-errno -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter"
+NVFLAGS="-std=c++17 -O3 -Xcompiler=-fPIC,-fvisibility=hidden --expt-relaxed-constexpr -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
+STAMP="$CXXFLAGS|$NVFLAGS|${NVCC:+cuda}|$OPENBLAS"
+LIB=$PREFIX/lib/libmamba.so
+if [ -f "$LIB" ] && [ -f "$PREFIX/.flags" ] && [ "$(cat "$PREFIX/.flags")" = "$STAMP" ] \
+   && [ -z "$(find "$SRC" "$0" -newer "$LIB" -type f | head -1)" ]; then
+  echo "cppbuild.sh: libmamba is up to date"
+  exit 0
+fi
+
+OBJ=$PREFIX/obj; rm -rf "$OBJ"; mkdir -p "$OBJ" "$PREFIX/lib" "$PREFIX/include" "$PREFIX/linkonly"
+CPP_SOURCES=$(find "$SRC/src/common" "$SRC/src/cpu" -name '*.cpp' | sort)
+if [ -n "$NVCC" ]; then
+  CPP_SOURCES=$(echo "$CPP_SOURCES" | grep -v '/no_cuda.cpp$')
+  CU_SOURCES=$(find "$SRC/src/cuda" -name '*.cu' -o -name '*.cpp' | sort)
+else
+  CU_SOURCES=
+fi
+
+# Compile in parallel, one job per core.
+JOBS=$(nproc 2>/dev/null || echo 2)
+compile() {  # compile SOURCE
+  local s=$1 o="$OBJ/$(echo "${1#$SRC/src/}" | tr / _).o"
+  case $s in
+    *.cu|*/cuda/*.cpp) "$NVCC" $NVFLAGS -I"$SRC/include" -I"$SRC/src" -c "$s" -o "$o" ;;
+    *) g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$OPENBLAS/include" -c "$s" -o "$o" ;;
+  esac
+}
+export -f compile; export NVCC NVFLAGS CXXFLAGS SRC OBJ OPENBLAS
+printf '%s\n' $CPP_SOURCES $CU_SOURCES | xargs -P "$JOBS" -I{} bash -c 'compile {}'
+
+LIBS="-L$OPENBLAS -l:libopenblas.so.0 -lpthread -ldl"
+if [ -n "$NVCC" ]; then
+  # Static cudart: at load time the library needs only libc/libstdc++; libcuda.so.1 when CUDA is first used.
+  "$NVCC" -shared -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+    -o "$LIB" "$OBJ"/*.o $LIBS -Xlinker -soname=libmamba.so -Xlinker --no-undefined
+else
+  g++ -shared -o "$LIB" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
+fi
+cp -r "$SRC/include/mamba" "$PREFIX/include/"
+# The preset inherits openblas_nolapack, whose link name the JNI link must resolve (see docs/architecture.md).
+ln -sf "$OPENBLAS/libopenblas.so.0" "$PREFIX/linkonly/libopenblas_nolapack.so"
+echo "$STAMP" > "$PREFIX/.flags"
+echo "cppbuild.sh: built $LIB (${NVCC:+with CUDA}${NVCC:-CPU only})"

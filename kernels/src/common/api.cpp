@@ -1,0 +1,199 @@
+// The public C++ API (mamba.h): argument checks at the boundary, then the model code.
+#include "errors.h"
+#include "init.h"
+#include "model_impl.h"
+#include "devices.h"
+
+#include <vector>
+
+namespace mamba {
+
+namespace {
+Backend& backendFor(int device) {
+    if (device == DEVICE_CPU) return cpuBackend();
+    return cudaBackend(device);
+}
+}  // namespace
+
+ModelImpl::ModelImpl(const ModelConfig& c, int device, int dtype, int64_t seed)
+    : config(c), dims(Dims::of(c)), table(dims), be(backendFor(device)), device(device), dtype(dtype),
+      mamba1(dims, table) {
+    require(dtype >= DTYPE_F32 && dtype <= DTYPE_F16, "dtype code " + std::to_string(dtype) + " is unknown");
+    require(device != DEVICE_CPU || dtype == DTYPE_F32,
+            "the CPU backend stores weights as F32 only; BF16/F16/TF32 need a CUDA device");
+    params = Buffer(be, table.totalSize());
+    std::vector<float> host(static_cast<size_t>(table.totalSize()), 0.f);
+    initMamba1(config, dims, table, seed, host.data());
+    be.upload(params.data(), host.data(), table.totalSize());
+    neg_a = Buffer(be, dims.ssm_state * dims.n_layers);
+}
+
+const float* ModelImpl::negA() {
+    if (weights_changed) {
+        for (int i = 0; i < dims.n_layers; ++i)
+            be.negExp(params.data() + table.params()[table.layers[i].a_log].offset, neg_a.data() + i * dims.ssm_state,
+                      dims.ssm_state);
+        weights_changed = false;
+    }
+    return neg_a.data();
+}
+
+void ModelImpl::checkState(const StateImpl& s) const {
+    require(&s.be == &be, "the state lives on another device than the model");
+    require(s.dims.d_inner == dims.d_inner && s.dims.d_state == dims.d_state && s.dims.d_conv == dims.d_conv &&
+                s.dims.n_layers == dims.n_layers,
+            "the state was made for a model of another shape");
+}
+
+void ModelImpl::run(StateImpl* state, const float* x, int B, int T, float* y, bool allPositions) {
+    float* st;
+    if (state) {
+        st = state->data.data();
+    } else {
+        scratch_state.ensure(be, dims.row_state * B);
+        be.zero(scratch_state.data(), dims.row_state * B);
+        st = scratch_state.data();
+    }
+    const int64_t xn = static_cast<int64_t>(B) * T * dims.in_width;
+    const int64_t yn = static_cast<int64_t>(B) * (allPositions ? T : 1) * dims.d_model;
+    if (be.isHost()) {
+        mamba1.run(be, params.data(), negA(), st, x, B, T, y, allPositions);
+        return;
+    }
+    x_stage.ensure(be, xn);
+    y_stage.ensure(be, yn);
+    be.upload(x_stage.data(), x, xn);
+    mamba1.run(be, params.data(), negA(), st, x_stage.data(), B, T, y_stage.data(), allPositions);
+    be.download(y, y_stage.data(), yn);
+}
+
+// ---- Model ----
+
+Model::Model(const ModelConfig& config, int device, int dtype, int64_t seed)
+    : impl_(new ModelImpl(config, device, dtype, seed)) {}
+Model::~Model() { delete impl_; }
+
+ModelConfig Model::config() const { return impl_->config; }
+int Model::device() const { return impl_->device; }
+int Model::dtype() const { return impl_->dtype; }
+int Model::inputWidth() const { return impl_->dims.in_width; }
+int Model::paramCount() const { return static_cast<int>(impl_->table.params().size()); }
+int64_t Model::paramTotalSize() const { return impl_->table.totalSize(); }
+
+static const ParamInfo& paramAt(const ModelImpl& m, int index) {
+    if (index < 0 || index >= static_cast<int>(m.table.params().size()))
+        throw std::out_of_range("parameter index " + std::to_string(index) + " is out of range [0, " +
+                                std::to_string(m.table.params().size()) + ")");
+    return m.table.params()[index];
+}
+
+std::string Model::paramName(int index) const { return paramAt(*impl_, index).name; }
+int Model::paramIndex(const std::string& name) const { return impl_->table.indexOf(name); }
+int Model::paramRank(int index) const { return static_cast<int>(paramAt(*impl_, index).shape.size()); }
+int64_t Model::paramDim(int index, int axis) const {
+    const ParamInfo& p = paramAt(*impl_, index);
+    if (axis < 0 || axis >= static_cast<int>(p.shape.size())) throw std::out_of_range("axis out of range");
+    return p.shape[axis];
+}
+int64_t Model::paramSize(int index) const { return paramAt(*impl_, index).size; }
+
+void Model::readParam(int index, float* dst, int64_t dstLength) const {
+    const ParamInfo& p = paramAt(*impl_, index);
+    require(dst != nullptr, "destination is null");
+    requireLength(p.name.c_str(), dstLength, p.size);
+    impl_->be.download(dst, impl_->params.data() + p.offset, p.size);
+}
+
+void Model::writeParam(int index, const float* src, int64_t srcLength) {
+    const ParamInfo& p = paramAt(*impl_, index);
+    require(src != nullptr, "source is null");
+    requireLength(p.name.c_str(), srcLength, p.size);
+    impl_->be.upload(impl_->params.data() + p.offset, src, p.size);
+    impl_->weights_changed = true;
+}
+
+
+void Model::step(State& state, const float* x, int64_t xLength, float* y, int64_t yLength) {
+    prefill(state, x, xLength, 1, y, yLength);
+}
+
+void Model::prefill(State& state, const float* x, int64_t xLength, int T, float* y, int64_t yLength) {
+    StateImpl& s = *state.impl();
+    impl_->checkState(s);
+    require(T >= 1, "sequence length T = " + std::to_string(T) + " must be >= 1");
+    require(x != nullptr, "input is null");
+    requireLength("input", xLength, static_cast<int64_t>(s.batch) * T * impl_->dims.in_width);
+    if (y == nullptr) {
+        require(yLength == 0, "output is null");
+        // The backbone always writes the last position; give it somewhere to go.
+        std::vector<float> sink(static_cast<size_t>(s.batch) * impl_->dims.d_model);
+        impl_->run(&s, x, s.batch, T, sink.data(), false);
+        return;
+    }
+    requireLength("output", yLength, static_cast<int64_t>(s.batch) * impl_->dims.d_model);
+    impl_->run(&s, x, s.batch, T, y, false);
+}
+
+void Model::forward(State* state, const float* x, int64_t xLength, int B, int T, float* y, int64_t yLength) {
+    require(B >= 1 && T >= 1, "batch and sequence length must be >= 1 (got B = " + std::to_string(B) +
+                                  ", T = " + std::to_string(T) + ")");
+    if (state) {
+        impl_->checkState(*state->impl());
+        require(state->impl()->batch == B, "the state holds " + std::to_string(state->impl()->batch) +
+                                               " rows but the input has B = " + std::to_string(B));
+    }
+    require(x != nullptr && y != nullptr, "input or output is null");
+    requireLength("input", xLength, static_cast<int64_t>(B) * T * impl_->dims.in_width);
+    requireLength("output", yLength, static_cast<int64_t>(B) * T * impl_->dims.d_model);
+    impl_->run(state ? state->impl() : nullptr, x, B, T, y, true);
+}
+
+// ---- State ----
+
+static StateImpl* newStateImpl(const ModelImpl& m, int batch) {
+    require(batch >= 1 && batch <= (1 << 20), "batch = " + std::to_string(batch) + " must be in [1, 1048576]");
+    return new StateImpl(m.be, m.dims, batch);
+}
+
+State::State(const Model& model, int batch) : impl_(newStateImpl(*model.impl(), batch)) {}
+State::~State() { delete impl_; }
+int State::batch() const { return impl_->batch; }
+int64_t State::rowSize() const { return impl_->dims.row_state; }
+void State::reset() { impl_->be.zero(impl_->data.data(), impl_->data.size()); }
+
+static void checkRow(const StateImpl& s, int row) {
+    if (row < 0 || row >= s.batch)
+        throw std::out_of_range("row " + std::to_string(row) + " is out of range [0, " + std::to_string(s.batch) + ")");
+}
+
+void State::resetRow(int row) {
+    checkRow(*impl_, row);
+    impl_->be.zero(impl_->data.data() + row * impl_->dims.row_state, impl_->dims.row_state);
+}
+
+void State::readRow(int row, float* dst, int64_t dstLength) const {
+    checkRow(*impl_, row);
+    require(dst != nullptr, "destination is null");
+    requireLength("state row", dstLength, impl_->dims.row_state);
+    impl_->be.download(dst, impl_->data.data() + row * impl_->dims.row_state, impl_->dims.row_state);
+}
+
+void State::writeRow(int row, const float* src, int64_t srcLength) {
+    checkRow(*impl_, row);
+    require(src != nullptr, "source is null");
+    requireLength("state row", srcLength, impl_->dims.row_state);
+    impl_->be.upload(impl_->data.data() + row * impl_->dims.row_state, src, impl_->dims.row_state);
+}
+
+void State::copyFrom(const State& other) {
+    require(&other.impl_->be == &impl_->be && other.impl_->dims.row_state == impl_->dims.row_state &&
+                other.impl_->batch == impl_->batch,
+            "copyFrom needs a state of the same model shape, device and batch");
+    impl_->be.copy(impl_->data.data(), other.impl_->data.data(), impl_->data.size());
+}
+
+// ---- process-wide ----
+
+void noop() {}
+
+}  // namespace mamba

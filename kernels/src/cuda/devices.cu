@@ -1,0 +1,77 @@
+// CUDA device discovery. Safe on machines without a driver or GPU: every query reports
+// "no CUDA device" (with the runtime's reason) instead of failing.
+#include "../common/devices.h"
+#include "../common/errors.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+namespace mamba {
+
+namespace {
+struct Probe {
+    int count = 0;
+    std::string reason;
+};
+
+const Probe& probe() {
+    static Probe p;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        int n = 0;
+        cudaError_t e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess) {
+            p.reason = std::string("CUDA runtime: ") + cudaGetErrorString(e);
+            cudaGetLastError();  // clear the sticky-free error so later calls start clean
+            return;
+        }
+        p.count = n;
+        if (n == 0) p.reason = "the CUDA driver reports no GPU";
+    });
+    return p;
+}
+
+void requireOrdinal(int ordinal) {
+    const Probe& p = probe();
+    if (p.count == 0) throw std::runtime_error("no CUDA device: " + p.reason);
+    if (ordinal < 0 || ordinal >= p.count)
+        throw std::out_of_range("CUDA device " + std::to_string(ordinal) + " does not exist (" +
+                                std::to_string(p.count) + " present)");
+}
+}  // namespace
+
+bool builtWithCuda() { return true; }
+int cudaDeviceCount() { return probe().count; }
+std::string cudaUnavailableReason() { return probe().reason; }
+
+std::string cudaDeviceName(int ordinal) {
+    requireOrdinal(ordinal);
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, ordinal) != cudaSuccess) throw std::runtime_error("cudaGetDeviceProperties failed");
+    return prop.name;
+}
+
+static void memInfo(int ordinal, size_t* free_b, size_t* total_b) {
+    requireOrdinal(ordinal);
+    int prev = 0;
+    cudaGetDevice(&prev);
+    cudaSetDevice(ordinal);
+    cudaError_t e = cudaMemGetInfo(free_b, total_b);
+    cudaSetDevice(prev);
+    if (e != cudaSuccess) throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(e));
+}
+
+int64_t cudaDeviceTotalMemory(int ordinal) {
+    size_t f, t;
+    memInfo(ordinal, &f, &t);
+    return static_cast<int64_t>(t);
+}
+
+int64_t cudaDeviceFreeMemory(int ordinal) {
+    size_t f, t;
+    memInfo(ordinal, &f, &t);
+    return static_cast<int64_t>(f);
+}
+
+}  // namespace mamba

@@ -1,0 +1,147 @@
+package org.mamba4j;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.mamba4j.io.SafeTensors;
+import org.mamba4j.io.SafeTensorsFile;
+import org.mamba4j.io.StoredDType;
+import org.mamba4j.io.TensorInfo;
+
+/**
+ * mamba4j checkpoints: safetensors files whose tensors carry HuggingFace names and PyTorch shapes
+ * (so Python tools read them as-is) and whose {@code __metadata__} holds the format, architecture and
+ * configuration.
+ */
+final class Checkpoints {
+    static final String FORMAT = "mamba4j";
+    static final String FORMAT_VERSION = "1";
+    static final String ARCH_MAMBA1 = "mamba1";
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    private Checkpoints() {}
+
+    static void save(MambaModel model, Path file) {
+        Map<String, String> meta = new LinkedHashMap<>();
+        meta.put("format", FORMAT);
+        meta.put("format_version", FORMAT_VERSION);
+        meta.put("arch", ARCH_MAMBA1);
+        meta.put("input_dim", Integer.toString(model.inputDim()));
+        try {
+            meta.put("config", JSON.writeValueAsString(model.config().toMap()));
+        } catch (Exception e) {
+            throw new CheckpointException("could not encode the configuration", e);
+        }
+        List<SafeTensors.Entry> entries = new ArrayList<>();
+        for (String name : model.parameterNames())
+            entries.add(new SafeTensors.Entry(name, model.parameterShape(name), model.getParameter(name)));
+        SafeTensors.write(file, meta, entries);
+    }
+
+    static MambaModel load(Path file, Device device, DType dtype) {
+        try (SafeTensorsFile f = SafeTensorsFile.open(file)) {
+            Header h = header(f);
+            MambaModel model = MambaModel.builder(h.config).inputDim(h.inputDim).device(device).dtype(dtype).build();
+            try {
+                copyWeights(f, model, readAll(f, model));
+                return model;
+            } catch (RuntimeException e) {
+                model.close();
+                throw e;
+            }
+        }
+    }
+
+    static void loadInto(MambaModel model, Path file) {
+        try (SafeTensorsFile f = SafeTensorsFile.open(file)) {
+            Header h = header(f);
+            if (!h.config.equals(model.config()) || h.inputDim != model.inputDim())
+                throw new CheckpointException(file + " holds a model of another shape: " + h.config + ", inputDim="
+                        + h.inputDim + "; this model is " + model.config() + ", inputDim=" + model.inputDim());
+            copyWeights(f, model, readAll(f, model));
+        }
+    }
+
+    private record Header(Mamba1Config config, int inputDim) {}
+
+    private static Header header(SafeTensorsFile f) {
+        Map<String, String> meta = f.metadata();
+        String where = f.path().toString();
+        if (!FORMAT.equals(meta.get("format")))
+            throw new CheckpointException(where + " is not a mamba4j checkpoint (metadata format = " + meta.get("format")
+                    + "); HuggingFace folders load through MambaLM.fromPretrained");
+        if (!FORMAT_VERSION.equals(meta.get("format_version")))
+            throw new CheckpointException(where + ": unsupported format_version " + meta.get("format_version"));
+        if (!ARCH_MAMBA1.equals(meta.get("arch")))
+            throw new CheckpointException(where + ": architecture '" + meta.get("arch") + "' is not " + ARCH_MAMBA1);
+        try {
+            JsonNode c = JSON.readTree(meta.getOrDefault("config", ""));
+            if (c == null || !c.isObject()) throw new CheckpointException(where + ": metadata 'config' is not a JSON object");
+            Mamba1Config config = Mamba1Config.builder().dModel(intField(c, "d_model", where))
+                    .dState(intField(c, "d_state", where)).dConv(intField(c, "d_conv", where))
+                    .expand(intField(c, "expand", where)).dtRank(intField(c, "dt_rank", where))
+                    .layers(intField(c, "n_layers", where)).normEps(numField(c, "norm_eps", where))
+                    .dtMin(numField(c, "dt_min", where)).dtMax(numField(c, "dt_max", where))
+                    .dtInitFloor(numField(c, "dt_init_floor", where)).build();
+            int inputDim = Integer.parseInt(meta.getOrDefault("input_dim", "x"));
+            if (inputDim < 0) throw new CheckpointException(where + ": input_dim = " + inputDim + " is negative");
+            return new Header(config, inputDim);
+        } catch (InvalidConfigException | NumberFormatException e) {
+            throw new CheckpointException(where + ": bad configuration in metadata: " + e.getMessage(), e);
+        } catch (CheckpointException e) {
+            throw e;
+        } catch (Exception e) {
+            throw new CheckpointException(where + ": metadata 'config' is not valid JSON: " + e.getMessage(), e);
+        }
+    }
+
+    private static int intField(JsonNode c, String key, String where) {
+        JsonNode v = c.get(key);
+        if (v == null || !v.canConvertToInt() || !v.isIntegralNumber())
+            throw new CheckpointException(where + ": config field '" + key + "' is missing or not an integer");
+        return v.intValue();
+    }
+
+    private static double numField(JsonNode c, String key, String where) {
+        JsonNode v = c.get(key);
+        if (v == null || !v.isNumber()) throw new CheckpointException(where + ": config field '" + key + "' is missing or not a number");
+        return v.doubleValue();
+    }
+
+    /** Checks names, shapes and dtypes of every tensor, then reads them all; the model is not touched. */
+    private static Map<String, float[]> readAll(SafeTensorsFile f, MambaModel model) {
+        String where = f.path().toString();
+        Set<String> expected = new HashSet<>(model.parameterNames());
+        for (TensorInfo t : f.tensors())
+            if (!expected.contains(t.name())) throw new CheckpointException(where + ": unexpected tensor '" + t.name() + "'");
+        Map<String, float[]> values = new LinkedHashMap<>();
+        for (String name : model.parameterNames()) {
+            TensorInfo t = f.find(name).orElseThrow(() -> new CheckpointException(where + ": missing tensor '" + name + "'"));
+            long[] want = model.parameterShape(name);
+            if (!Arrays.equals(t.shape(), want))
+                throw new CheckpointException(where + ": tensor '" + name + "' has shape " + Arrays.toString(t.shape())
+                        + ", expected " + Arrays.toString(want));
+            if (t.dtype() != StoredDType.F32 && t.dtype() != StoredDType.BF16 && t.dtype() != StoredDType.F16)
+                throw new CheckpointException(where + ": tensor '" + name + "' has dtype " + t.dtype() + ", expected F32, BF16 or F16");
+        }
+        for (String name : model.parameterNames()) {
+            float[] v = f.readFloats(name);
+            for (int i = 0; i < v.length; i++)
+                if (!Float.isFinite(v[i]))
+                    throw new CheckpointException(where + ": tensor '" + name + "' holds a non-finite value at " + i);
+            values.put(name, v);
+        }
+        return values;
+    }
+
+    private static void copyWeights(SafeTensorsFile f, MambaModel model, Map<String, float[]> values) {
+        for (Map.Entry<String, float[]> e : values.entrySet()) model.setParameter(e.getKey(), e.getValue());
+    }
+}

@@ -1,0 +1,33 @@
+package org.mamba4j;
+
+import java.nio.FloatBuffer;
+
+/** Argument checks shared by the API classes: clear Java exceptions before anything reaches native code. */
+final class Checks {
+    private Checks() {}
+
+    static void length(String what, long got, long expected) {
+        if (got != expected)
+            throw new IllegalArgumentException(what + " has " + got + " floats, expected " + expected);
+    }
+
+    /** A direct buffer with exactly {@code expected} floats remaining. */
+    static void buffer(String what, FloatBuffer b, long expected) {
+        if (b == null) throw new NullPointerException(what + " is null");
+        if (!b.isDirect()) throw new IllegalArgumentException(what + " must be a direct FloatBuffer (or pass a float[])");
+        if (b.isReadOnly() && what.startsWith("y")) throw new IllegalArgumentException(what + " is read-only");
+        length(what + ".remaining()", b.remaining(), expected);
+    }
+
+    /** NaN or infinite values would silently poison a recurrent state; reject them at the door. */
+
+    /** NaN or infinite values would silently poison weights or a recurrent state; reject them at the door. */
+    static void finite(String what, float[] v) {
+        for (int i = 0; i < v.length; i++)
+            if (!Float.isFinite(v[i])) throw new IllegalArgumentException(what + "[" + i + "] is " + v[i]);
+    }
+
+    static void positive(String what, int v) {
+        if (v < 1) throw new IllegalArgumentException(what + " = " + v + " must be >= 1");
+    }
+}

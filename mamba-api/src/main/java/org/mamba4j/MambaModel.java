@@ -1,0 +1,349 @@
+package org.mamba4j;
+
+import java.nio.FloatBuffer;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Objects;
+import org.mamba4j.nativ.Model;
+import org.mamba4j.nativ.ModelConfig;
+
+/**
+ * A Mamba-1 backbone with its weights on a {@link Device}: optional input projection
+ * (inputDim → d_model, with bias), N residual Mamba blocks, and a final RMSNorm applied to every output.
+ *
+ * <pre>{@code
+ * try (MambaModel model = MambaModel.builder(Mamba1Config.defaults()).inputDim(32).seed(42).build();
+ *      MambaState state = model.newState(4)) {
+ *     float[] y = model.step(state, x);   // x: [4 * 32] → y: [4 * 128]
+ * }
+ * }</pre>
+ *
+ * <p><b>Copies.</b> {@code float[]} arguments are copied into native memory and results copied back
+ * (JNI array access); direct {@link FloatBuffer}s are used in place on the CPU (no copy). On a GPU,
+ * host data is always staged through device memory.
+ *
+ * <p><b>Threads.</b> Calls on one model (and its states) are serialised: the model is safe to share,
+ * but for throughput batch sequences into one state instead of calling from many threads.
+ * Every call after {@link #close()} throws {@link IllegalStateException}.
+ */
+public final class MambaModel implements AutoCloseable {
+    private final Mamba1Config config;
+    private final int inputDim;
+    private final Device device;
+    private final DType dtype;
+    private final Model peer;
+    private final List<String> names;
+    private volatile boolean closed;
+
+    private MambaModel(Mamba1Config config, int inputDim, Device device, DType dtype, long seed) {
+        Native.load();
+        this.config = config;
+        this.inputDim = inputDim;
+        this.device = device;
+        this.dtype = dtype;
+        try (ModelConfig c = config.toNative(inputDim)) {
+            this.peer = new Model(c, device.code(), dtype.code, seed);
+        } catch (RuntimeException e) {
+            throw Native.translate(e);
+        }
+        List<String> n = new ArrayList<>();
+        for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
+        this.names = Collections.unmodifiableList(n);
+    }
+
+    /** A builder for a model of this configuration. */
+    public static Builder builder(Mamba1Config config) {
+        return new Builder(config);
+    }
+
+    /** Loads a mamba4j checkpoint (written by {@link #save}) onto the CPU. */
+    public static MambaModel load(Path file) {
+        return Checkpoints.load(file, Device.cpu(), DType.F32);
+    }
+
+    /** Loads a mamba4j checkpoint onto a device with the given weight storage type. */
+    public static MambaModel load(Path file, Device device, DType dtype) {
+        return Checkpoints.load(file, device, dtype);
+    }
+
+    public Mamba1Config config() { return config; }
+    /** Width of an input projection, or 0 when inputs enter the residual stream directly. */
+    public int inputDim() { return inputDim; }
+    /** Floats per input position: {@code inputDim()}, or {@code dModel} without an input projection. */
+    public int inputWidth() { return inputDim > 0 ? inputDim : config.dModel(); }
+    /** Floats per output position ({@code dModel}). */
+    public int outputWidth() { return config.dModel(); }
+    public Device device() { return device; }
+    public DType dtype() { return dtype; }
+
+    /** A zeroed state for {@code batch} independent sequences. Close it when done. */
+    public MambaState newState(int batch) {
+        Checks.positive("batch", batch);
+        synchronized (this) {
+            checkOpen();
+            try {
+                return new MambaState(this, new org.mamba4j.nativ.State(peer, batch));
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    // ---- inference ----
+
+    /** One step for every row: x [B · inputWidth] → new array y [B · dModel]. Copies x in and y out. */
+    public float[] step(MambaState state, float[] x) {
+        float[] y = new float[state.batch() * outputWidth()];
+        step(state, x, y);
+        return y;
+    }
+
+    /** One step for every row into {@code y} [B · dModel]. */
+    public void step(MambaState state, float[] x, float[] y) {
+        checkState(state);
+        Checks.length("x", x.length, (long) state.batch() * inputWidth());
+        Checks.length("y", y.length, (long) state.batch() * outputWidth());
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.step(state.peer(), x, x.length, y, y.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** One step from direct buffers (positions honoured, limits not moved): no copies on the CPU. */
+    public void step(MambaState state, FloatBuffer x, FloatBuffer y) {
+        checkState(state);
+        Checks.buffer("x", x, (long) state.batch() * inputWidth());
+        Checks.buffer("y", y, (long) state.batch() * outputWidth());
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.step(state.peer(), x, x.remaining(), y, y.remaining());
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /**
+     * Consumes a whole prompt of T steps per row, x [B, T, inputWidth] (row-major), carrying the state in
+     * and out; returns the last position's output [B · dModel]. Equal to T calls of {@link #step}.
+     */
+    public float[] prefill(MambaState state, float[] x, int steps) {
+        checkState(state);
+        Checks.positive("steps", steps);
+        Checks.length("x", x.length, (long) state.batch() * steps * inputWidth());
+        float[] y = new float[state.batch() * outputWidth()];
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.prefill(state.peer(), x, x.length, steps, y, y.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+        return y;
+    }
+
+    /** Prefill from direct buffers: x [B, T, inputWidth], y receives [B, dModel]. */
+    public void prefill(MambaState state, FloatBuffer x, int steps, FloatBuffer y) {
+        checkState(state);
+        Checks.positive("steps", steps);
+        Checks.buffer("x", x, (long) state.batch() * steps * inputWidth());
+        Checks.buffer("y", y, (long) state.batch() * outputWidth());
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining());
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Every position's output for x [B, T, inputWidth] from a zero state: returns [B, T, dModel]. */
+    public float[] forward(float[] x, int batch, int steps) {
+        return forward(null, x, batch, steps);
+    }
+
+    /**
+     * Every position's output [B, T, dModel]; with a state it starts from and advances that state
+     * (B = state.batch()), with {@code null} it starts from zeros and keeps nothing.
+     */
+    public float[] forward(MambaState state, float[] x, int batch, int steps) {
+        Checks.positive("batch", batch);
+        Checks.positive("steps", steps);
+        if (state != null) {
+            checkState(state);
+            if (state.batch() != batch)
+                throw new IllegalArgumentException("the state holds " + state.batch() + " rows but batch = " + batch);
+        }
+        Checks.length("x", x.length, (long) batch * steps * inputWidth());
+        long n = (long) batch * steps * outputWidth();
+        if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("output of " + n + " floats does not fit a Java array");
+        float[] y = new float[(int) n];
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.forward(state == null ? null : state.peer(), x, x.length, batch, steps, y, y.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+        return y;
+    }
+
+    // ---- parameters ----
+
+    /** Parameter names in HuggingFace convention, e.g. {@code backbone.layers.0.mixer.in_proj.weight}. */
+    public List<String> parameterNames() {
+        return names;
+    }
+
+    /** Total number of weights. */
+    public long parameterCount() {
+        long n = 0;
+        for (int i = 0; i < names.size(); i++) n += peer.paramSize(i);
+        return n;
+    }
+
+    /** A parameter's shape (linear weights are [out, in], as in PyTorch). */
+    public long[] parameterShape(String name) {
+        int i = index(name);
+        long[] shape = new long[peer.paramRank(i)];
+        for (int a = 0; a < shape.length; a++) shape[a] = peer.paramDim(i, a);
+        return shape;
+    }
+
+    /** A copy of a parameter's values (row-major f32). */
+    public float[] getParameter(String name) {
+        int i = index(name);
+        float[] v = new float[Math.toIntExact(peer.paramSize(i))];
+        synchronized (this) {
+            checkOpen();
+            peer.readParam(i, v, v.length);
+        }
+        return v;
+    }
+
+    /** Overwrites a parameter (row-major f32, all values finite). */
+    public void setParameter(String name, float[] values) {
+        int i = index(name);
+        Checks.length(name, values.length, peer.paramSize(i));
+        Checks.finite(name, values);
+        synchronized (this) {
+            checkOpen();
+            peer.writeParam(i, values, values.length);
+        }
+    }
+
+    // ---- checkpoints ----
+
+    /** Writes a safetensors checkpoint atomically (temp file + rename): the old file survives any failure. */
+    public void save(Path file) {
+        checkOpen();
+        Checkpoints.save(this, file);
+    }
+
+    /**
+     * Replaces this model's weights with a checkpoint's. Everything is validated and read before the
+     * first weight changes, so a failed load leaves the model untouched.
+     */
+    public void loadWeights(Path file) {
+        checkOpen();
+        Checkpoints.loadInto(this, file);
+    }
+
+    /** True once closed. */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    /** Frees the weights. States of this model must not be used afterwards (they throw). Idempotent. */
+    @Override
+    public synchronized void close() {
+        if (closed) return;
+        closed = true;
+        peer.close();
+    }
+
+    @Override
+    public String toString() {
+        return "MambaModel{" + config + ", inputDim=" + inputDim + ", " + device + ", " + dtype + "}";
+    }
+
+    // ---- internals ----
+
+    Model peer() {
+        checkOpen();
+        return peer;
+    }
+
+    int index(String name) {
+        checkOpen();
+        int i = names.indexOf(Objects.requireNonNull(name, "name"));
+        if (i < 0) throw new IllegalArgumentException("no parameter named '" + name + "'");
+        return i;
+    }
+
+    void checkOpen() {
+        if (closed) throw new IllegalStateException("this MambaModel is closed");
+    }
+
+    private void checkState(MambaState state) {
+        Objects.requireNonNull(state, "state");
+        if (state.model() != this) throw new IllegalArgumentException("the state belongs to another model");
+        checkOpen();
+        state.checkOpen();
+    }
+
+    /** Fluent builder for {@link MambaModel}. */
+    public static final class Builder {
+        private final Mamba1Config config;
+        private int inputDim;
+        private Device device = Device.cpu();
+        private DType dtype = DType.F32;
+        private long seed = 0;
+
+        private Builder(Mamba1Config config) {
+            this.config = Objects.requireNonNull(config, "config");
+        }
+
+        /** Adds an input projection inputDim → d_model (with bias); 0 (default) feeds inputs in directly. */
+        public Builder inputDim(int inputDim) {
+            if (inputDim < 0) throw new InvalidConfigException("inputDim = " + inputDim + " must be >= 0");
+            this.inputDim = inputDim;
+            return this;
+        }
+
+        /** Where the weights live (default CPU). */
+        public Builder device(Device device) {
+            this.device = Objects.requireNonNull(device, "device");
+            return this;
+        }
+
+        /** Weight storage type (default F32; BF16/F16/TF32 need CUDA). */
+        public Builder dtype(DType dtype) {
+            this.dtype = Objects.requireNonNull(dtype, "dtype");
+            return this;
+        }
+
+        /** Seed of the paper initialisation: same seed, same weights (default 0). */
+        public Builder seed(long seed) {
+            this.seed = seed;
+            return this;
+        }
+
+        /** Allocates the model and initialises its weights. */
+        public MambaModel build() {
+            if (device.isCpu() && dtype != DType.F32)
+                throw new InvalidConfigException("dtype = " + dtype + " needs a CUDA device; the CPU stores F32 weights");
+            return new MambaModel(config, inputDim, device, dtype, seed);
+        }
+    }
+}

@@ -1,0 +1,433 @@
+package org.mamba4j.lm;
+
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Locale;
+import java.util.Objects;
+import org.mamba4j.CheckpointException;
+import org.mamba4j.InvalidConfigException;
+
+/**
+ * The architecture of a Mamba (v1) language model, read from a checkpoint's {@code config.json}.
+ *
+ * <p>Two layouts are understood:
+ *
+ * <ul>
+ *   <li><b>transformers</b> ({@code MambaForCausalLM}, the {@code *-hf} checkpoints), recognised by a
+ *       {@code model_type} or {@code hidden_size} key: {@code hidden_size}, {@code
+ *       num_hidden_layers}, {@code vocab_size} (required); {@code state_size} (16), {@code
+ *       conv_kernel} (4), {@code expand} (2), {@code intermediate_size} (must equal expand ×
+ *       hidden_size when present), {@code time_step_rank} (an integer or {@code "auto"} = ⌈hidden /
+ *       16⌉, the default), {@code layer_norm_epsilon} or {@code rms_norm_eps} (1e-5), {@code
+ *       use_bias} (false, as in transformers; true is rejected), {@code use_conv_bias} (true),
+ *       {@code pad_vocab_size_multiple} (8), {@code tie_word_embeddings} (true), {@code hidden_act}
+ *       ("silu"), {@code residual_in_fp32} (true).
+ *   <li><b>state-spaces</b> ({@code mamba_ssm}'s {@code MambaLMHeadModel}), recognised by the absence
+ *       of both keys above: {@code d_model}, {@code n_layer}, {@code vocab_size} (required); {@code
+ *       ssm_cfg} {d_state (16), d_conv (4), expand (2), dt_rank ("auto"), conv_bias (true), bias
+ *       (false)}, {@code rms_norm} (true; false is rejected), {@code norm_epsilon} (1e-5), {@code
+ *       tie_embeddings} (true), {@code pad_vocab_size_multiple} (8), {@code residual_in_fp32}.
+ * </ul>
+ *
+ * <p>{@link #paddedVocab()} is the number of rows of the embedding (and of the LM head) stored in the
+ * checkpoint. {@code mamba_ssm} pads {@code vocab_size} up to a multiple of {@code
+ * pad_vocab_size_multiple} (50277 → 50280); transformers uses {@code vocab_size} as it is (the
+ * {@code -hf} conversions store the padded 50280). So for the transformers layout, when {@code
+ * vocab_size} is not a multiple of {@code pad_vocab_size_multiple}, {@link #padVocabMultiple()} is
+ * reported as 1.
+ *
+ * <p>Everything that does not fit is rejected with {@link CheckpointException} naming the file and
+ * the key: JSON that does not parse (or repeats a key), missing required keys, wrong types,
+ * non-positive or absurd sizes (d_model &gt; {@value #MAX_D_MODEL}, layers &gt; {@value
+ * #MAX_LAYERS}, vocabulary &gt; {@value #MAX_VOCAB}, d_state &gt; {@value #MAX_D_STATE}, d_conv &gt;
+ * {@value #MAX_D_CONV}, expand &gt; {@value #MAX_EXPAND}), another {@code model_type}, biases on
+ * the in/out projections, LayerNorm instead of RMSNorm, an activation other than SiLU, and an {@code
+ * intermediate_size} that disagrees with {@code expand}.
+ *
+ * @param dModel model width ({@code hidden_size} / {@code d_model})
+ * @param nLayers number of Mamba blocks
+ * @param dState SSM state size per channel
+ * @param dConv depthwise causal convolution width
+ * @param expand inner width factor
+ * @param dInner {@code expand * dModel}
+ * @param dtRank rank of the Δ projection
+ * @param vocabSize {@code vocab_size} exactly as in the file
+ * @param padVocabMultiple multiple the embedding rows are padded to (see above)
+ * @param normEps RMSNorm epsilon
+ * @param tieEmbeddings whether the LM head shares the embedding matrix
+ * @param useConvBias whether the depthwise convolution has a bias
+ */
+public record HfMambaConfig(
+        int dModel,
+        int nLayers,
+        int dState,
+        int dConv,
+        int expand,
+        int dInner,
+        int dtRank,
+        int vocabSize,
+        int padVocabMultiple,
+        double normEps,
+        boolean tieEmbeddings,
+        boolean useConvBias) {
+
+    public static final int MAX_D_MODEL = 65_536;
+    public static final int MAX_LAYERS = 1024;
+    public static final int MAX_VOCAB = 10_000_000;
+    public static final int MAX_D_STATE = 256;
+    public static final int MAX_D_CONV = 8;
+    public static final int MAX_EXPAND = 16;
+    public static final int MAX_PAD_MULTIPLE = 65_536;
+
+    /** A config.json larger than this is not a config.json. */
+    private static final long MAX_FILE_BYTES = 4L << 20;
+
+    private static final ObjectMapper MAPPER =
+            new ObjectMapper().enable(JsonParser.Feature.STRICT_DUPLICATE_DETECTION);
+
+    /** Checks the invariants; {@link #read} and {@link #parse} report violations per key first. */
+    public HfMambaConfig {
+        check("dModel", dModel, 1, MAX_D_MODEL);
+        check("nLayers", nLayers, 1, MAX_LAYERS);
+        check("dState", dState, 1, MAX_D_STATE);
+        check("dConv", dConv, 1, MAX_D_CONV);
+        check("expand", expand, 1, MAX_EXPAND);
+        if ((long) expand * dModel != dInner) {
+            throw new InvalidConfigException(
+                    "dInner must equal expand * dModel = " + (long) expand * dModel + ", got " + dInner);
+        }
+        check("dtRank", dtRank, 1, dInner);
+        check("vocabSize", vocabSize, 1, MAX_VOCAB);
+        check("padVocabMultiple", padVocabMultiple, 1, MAX_PAD_MULTIPLE);
+        if (!(normEps > 0.0 && normEps < 1.0)) {
+            throw new InvalidConfigException("normEps must be in (0, 1), got " + normEps);
+        }
+    }
+
+    private static void check(String field, int value, int min, int max) {
+        if (value < min || value > max) {
+            throw new InvalidConfigException(
+                    field + " must be in [" + min + ", " + max + "], got " + value);
+        }
+    }
+
+    /** {@link #vocabSize()} rounded up to a multiple of {@link #padVocabMultiple()}: the embedding rows. */
+    public int paddedVocab() {
+        long m = padVocabMultiple;
+        return (int) ((vocabSize + m - 1) / m * m);
+    }
+
+    /**
+     * Reads a {@code config.json}, or the {@code config.json} inside a folder.
+     *
+     * @throws CheckpointException when the file is missing, unreadable, or not a supported Mamba config
+     */
+    public static HfMambaConfig read(Path configJson) {
+        Objects.requireNonNull(configJson, "configJson");
+        Path file = Files.isDirectory(configJson) ? configJson.resolve("config.json") : configJson;
+        if (!Files.isRegularFile(file)) {
+            throw new CheckpointException("model config not found: " + file);
+        }
+        byte[] bytes;
+        try {
+            long size = Files.size(file);
+            if (size > MAX_FILE_BYTES) {
+                throw new CheckpointException(
+                        file + ": " + size + " bytes is too large for a model config.json (at most "
+                                + MAX_FILE_BYTES + ")");
+            }
+            bytes = Files.readAllBytes(file);
+        } catch (IOException e) {
+            throw new CheckpointException(file + ": cannot read model config: " + e.getMessage(), e);
+        }
+        return parse(new String(bytes, StandardCharsets.UTF_8), file.toString());
+    }
+
+    /**
+     * Parses the text of a {@code config.json}.
+     *
+     * @param json the file's text
+     * @param sourceName what to call it in error messages (usually its path)
+     * @throws CheckpointException when it is not a supported Mamba config
+     */
+    public static HfMambaConfig parse(String json, String sourceName) {
+        Objects.requireNonNull(json, "json");
+        String source = sourceName == null ? "config.json" : sourceName;
+        JsonNode root;
+        try {
+            root = MAPPER.readTree(json);
+        } catch (JsonProcessingException e) {
+            throw new CheckpointException(
+                    source + ": not valid JSON: " + e.getOriginalMessage()
+                            + (e.getLocation() == null ? "" : " (line " + e.getLocation().getLineNr()
+                                    + ", column " + e.getLocation().getColumnNr() + ")"),
+                    e);
+        }
+        if (root == null || root.isMissingNode()) {
+            throw new CheckpointException(source + ": empty file, expected a JSON object");
+        }
+        if (!root.isObject()) {
+            throw new CheckpointException(
+                    source + ": expected a JSON object at the top level, got " + kind(root));
+        }
+        Keys keys = new Keys(source, root, "");
+        try {
+            if (root.has("model_type") || root.has("hidden_size")) {
+                return parseTransformers(keys);
+            }
+            if (root.has("d_model")) {
+                return parseStateSpaces(keys);
+            }
+            throw keys.fail(
+                    "missing required key 'hidden_size' (transformers layout) or 'd_model' (state-spaces"
+                            + " layout)");
+        } catch (InvalidConfigException e) {
+            throw new CheckpointException(source + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static HfMambaConfig parseTransformers(Keys k) {
+        String modelType = k.optString("model_type", "mamba");
+        switch (modelType) {
+            case "mamba":
+                break;
+            case "falcon_mamba":
+                throw k.fail(
+                        "'model_type' \"falcon_mamba\" is not supported: FalconMamba applies extra RMS norms"
+                                + " to B, C and dt inside the mixer, which are not implemented");
+            case "mamba2":
+                throw k.fail("'model_type' \"mamba2\" is not supported: only Mamba (v1) mixers are implemented");
+            default:
+                throw k.fail("'model_type' must be \"mamba\", got \"" + modelType + '"');
+        }
+        int dModel = k.reqInt("hidden_size", 1, MAX_D_MODEL);
+        int nLayers = k.root.has("num_hidden_layers") || !k.root.has("n_layer")
+                ? k.reqInt("num_hidden_layers", 1, MAX_LAYERS)
+                : k.reqInt("n_layer", 1, MAX_LAYERS);
+        int vocab = k.reqInt("vocab_size", 1, MAX_VOCAB);
+        int dState = k.optInt("state_size", 16, 1, MAX_D_STATE);
+        int dConv = k.optInt("conv_kernel", 4, 1, MAX_D_CONV);
+        int expand;
+        int dInner;
+        if (k.root.has("expand")) {
+            expand = k.optInt("expand", 2, 1, MAX_EXPAND);
+            dInner = expand * dModel;
+            if (k.root.has("intermediate_size")) {
+                int intermediate = k.optInt("intermediate_size", dInner, 1, Integer.MAX_VALUE);
+                if (intermediate != dInner) {
+                    throw k.fail(
+                            "'intermediate_size' " + intermediate + " disagrees with expand * hidden_size = "
+                                    + expand + " * " + dModel + " = " + dInner);
+                }
+            }
+        } else if (k.root.has("intermediate_size")) {
+            int intermediate = k.optInt("intermediate_size", 0, 1, Integer.MAX_VALUE);
+            if (intermediate % dModel != 0 || intermediate / dModel > MAX_EXPAND) {
+                throw k.fail(
+                        "'intermediate_size' " + intermediate + " is not an integer multiple in [1, "
+                                + MAX_EXPAND + "] of hidden_size " + dModel + " (expand is missing)");
+            }
+            expand = intermediate / dModel;
+            dInner = intermediate;
+        } else {
+            expand = 2;
+            dInner = 2 * dModel;
+        }
+        int dtRank = k.dtRank("time_step_rank", dModel, dInner);
+        double eps = k.root.has("layer_norm_epsilon") || !k.root.has("rms_norm_eps")
+                ? k.optEps("layer_norm_epsilon")
+                : k.optEps("rms_norm_eps");
+        if (k.optBool("use_bias", false)) {
+            throw k.fail("'use_bias' is true: in_proj/out_proj biases are not supported");
+        }
+        boolean convBias = k.optBool("use_conv_bias", true);
+        int pad = k.optInt("pad_vocab_size_multiple", 8, 1, MAX_PAD_MULTIPLE);
+        boolean tie = k.optBool("tie_word_embeddings", true);
+        String act = k.optString("hidden_act", "silu");
+        if (!act.equals("silu") && !act.equals("swish")) {
+            throw k.fail("'hidden_act' must be \"silu\", got \"" + act + '"');
+        }
+        k.optBool("residual_in_fp32", true);
+        if (vocab % pad != 0) {
+            pad = 1; // transformers does not pad: the embedding has exactly vocab_size rows
+        }
+        return new HfMambaConfig(dModel, nLayers, dState, dConv, expand, dInner, dtRank, vocab, pad, eps, tie,
+                convBias);
+    }
+
+    private static HfMambaConfig parseStateSpaces(Keys k) {
+        int dModel = k.reqInt("d_model", 1, MAX_D_MODEL);
+        int nLayers = k.reqInt("n_layer", 1, MAX_LAYERS);
+        int vocab = k.reqInt("vocab_size", 1, MAX_VOCAB);
+        int pad = k.optInt("pad_vocab_size_multiple", 8, 1, MAX_PAD_MULTIPLE);
+        if (!k.optBool("rms_norm", true)) {
+            throw k.fail("'rms_norm' is false: LayerNorm models are not supported, only RMSNorm");
+        }
+        boolean tie = k.optBool("tie_embeddings", true);
+        k.optBool("residual_in_fp32", true);
+        double eps = k.optEps("norm_epsilon");
+        JsonNode attn = k.root.get("attn_layer_idx");
+        if (attn != null && !attn.isNull() && !(attn.isArray() && attn.isEmpty())) {
+            throw k.fail("'attn_layer_idx' is set: hybrid models with attention layers are not supported");
+        }
+
+        Keys ssm = k.child("ssm_cfg");
+        String layer = ssm.optString("layer", "Mamba1");
+        if (!layer.equals("Mamba1")) {
+            throw ssm.fail("'layer' must be \"Mamba1\", got \"" + layer + "\": only Mamba (v1) mixers are"
+                    + " implemented");
+        }
+        int dState = ssm.optInt("d_state", 16, 1, MAX_D_STATE);
+        int dConv = ssm.optInt("d_conv", 4, 1, MAX_D_CONV);
+        int expand = ssm.optInt("expand", 2, 1, MAX_EXPAND);
+        int dInner = expand * dModel;
+        int dtRank = ssm.dtRank("dt_rank", dModel, dInner);
+        boolean convBias = ssm.optBool("conv_bias", true);
+        if (ssm.optBool("bias", false)) {
+            throw ssm.fail("'bias' is true: in_proj/out_proj biases are not supported");
+        }
+        long padded = ((long) vocab + pad - 1) / pad * pad;
+        if (padded > MAX_VOCAB) {
+            throw k.fail("'vocab_size' " + vocab + " padded to a multiple of " + pad + " exceeds " + MAX_VOCAB);
+        }
+        return new HfMambaConfig(dModel, nLayers, dState, dConv, expand, dInner, dtRank, vocab, pad, eps, tie,
+                convBias);
+    }
+
+    private static String kind(JsonNode n) {
+        if (n.isTextual()) {
+            return "the string " + abbreviate(n.toString());
+        }
+        if (n.isNumber() || n.isBoolean() || n.isNull()) {
+            return n.toString();
+        }
+        return n.getNodeType().toString().toLowerCase(Locale.ROOT) + " " + abbreviate(n.toString());
+    }
+
+    private static String abbreviate(String s) {
+        return s.length() <= 40 ? s : s.substring(0, 37) + "...";
+    }
+
+    /** Typed access to the keys of one JSON object, with messages naming the file and the key. */
+    private static final class Keys {
+        final String source;
+        final JsonNode root;
+        final String prefix;
+
+        Keys(String source, JsonNode root, String prefix) {
+            this.source = source;
+            this.root = root;
+            this.prefix = prefix;
+        }
+
+        CheckpointException fail(String message) {
+            int quote = message.indexOf('\'');
+            String msg = prefix.isEmpty() || quote < 0
+                    ? message
+                    : message.substring(0, quote + 1) + prefix + message.substring(quote + 1);
+            return new CheckpointException(source + ": " + msg);
+        }
+
+        Keys child(String key) {
+            JsonNode n = root.get(key);
+            if (n == null || n.isNull()) {
+                return new Keys(source, MAPPER.createObjectNode(), prefix + key + ".");
+            }
+            if (!n.isObject()) {
+                throw fail("'" + key + "' must be an object, got " + kind(n));
+            }
+            return new Keys(source, n, prefix + key + ".");
+        }
+
+        private JsonNode present(String key) {
+            JsonNode n = root.get(key);
+            return n == null || n.isNull() ? null : n;
+        }
+
+        int reqInt(String key, int min, int max) {
+            JsonNode n = present(key);
+            if (n == null) {
+                throw fail("missing required key '" + key + "'");
+            }
+            return toInt(key, n, min, max);
+        }
+
+        int optInt(String key, int dflt, int min, int max) {
+            JsonNode n = present(key);
+            return n == null ? dflt : toInt(key, n, min, max);
+        }
+
+        private int toInt(String key, JsonNode n, int min, int max) {
+            long v;
+            if (n.isIntegralNumber() && n.canConvertToLong()) {
+                v = n.longValue();
+            } else if (n.isFloatingPointNumber() && n.doubleValue() == Math.rint(n.doubleValue())
+                    && Math.abs(n.doubleValue()) < 1e15) {
+                v = (long) n.doubleValue();
+            } else if (n.isIntegralNumber()) {
+                v = n.bigIntegerValue().signum() > 0 ? Long.MAX_VALUE : Long.MIN_VALUE;
+            } else {
+                throw fail("'" + key + "' must be an integer, got " + kind(n));
+            }
+            if (v < min || v > max) {
+                String what = min == 1 && v < 1 ? "must be positive" : "must be in [" + min + ", " + max + "]";
+                throw fail("'" + key + "' " + what + ", got " + n);
+            }
+            return (int) v;
+        }
+
+        boolean optBool(String key, boolean dflt) {
+            JsonNode n = present(key);
+            if (n == null) {
+                return dflt;
+            }
+            if (!n.isBoolean()) {
+                throw fail("'" + key + "' must be true or false, got " + kind(n));
+            }
+            return n.booleanValue();
+        }
+
+        String optString(String key, String dflt) {
+            JsonNode n = present(key);
+            if (n == null) {
+                return dflt;
+            }
+            if (!n.isTextual()) {
+                throw fail("'" + key + "' must be a string, got " + kind(n));
+            }
+            return n.textValue();
+        }
+
+        double optEps(String key) {
+            JsonNode n = present(key);
+            if (n == null) {
+                return 1e-5;
+            }
+            if (!n.isNumber()) {
+                throw fail("'" + key + "' must be a number, got " + kind(n));
+            }
+            double v = n.doubleValue();
+            if (!(v > 0.0 && v < 1.0)) {
+                throw fail("'" + key + "' must be in (0, 1), got " + n);
+            }
+            return v;
+        }
+
+        int dtRank(String key, int dModel, int dInner) {
+            JsonNode n = present(key);
+            if (n == null || (n.isTextual() && n.textValue().equals("auto"))) {
+                return (dModel + 15) / 16;
+            }
+            if (n.isTextual()) {
+                throw fail("'" + key + "' must be an integer or \"auto\", got " + kind(n));
+            }
+            return toInt(key, n, 1, dInner);
+        }
+    }
+}

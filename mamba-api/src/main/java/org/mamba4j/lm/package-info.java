@@ -1,0 +1,16 @@
+/**
+ * The pure-Java parts of language-model generation.
+ *
+ * <ul>
+ *   <li>{@link org.mamba4j.lm.Sampling}: immutable decoding settings (temperature, top-k, top-p, min-p,
+ *       repetition penalty, seed, length, stop tokens).
+ *   <li>{@link org.mamba4j.lm.TokenSampler}: picks the next token of one sequence from its logits,
+ *       in the order of HuggingFace transformers' logits processors, reproducibly from a seed.
+ *   <li>{@link org.mamba4j.lm.HfMambaConfig}: the architecture read from a checkpoint's {@code
+ *       config.json}, in the transformers ({@code *-hf}) or the original state-spaces layout.
+ *   <li>{@link org.mamba4j.lm.Tokenizer}: a {@code tokenizer.json} tokenizer (DJL's bindings to the
+ *       Rust tokenizers library, native code bundled in the jar) with a streaming decoder. It never
+ *       touches the network: see its class documentation for the DJL system properties it sets.
+ * </ul>
+ */
+package org.mamba4j.lm;
