@@ -117,6 +117,12 @@ public:
     int device() const;
     int dtype() const;
     int inputWidth() const;
+    /**
+     * On CUDA devices, record each decode step (per state and batch) as a CUDA graph on first use and
+     * replay it afterwards: the same kernels, so results are bit-identical to eager steps. No-op on CPU.
+     */
+    void setCudaGraphs(bool enabled);
+    bool cudaGraphs() const;
 
     int paramCount() const;
     int64_t paramTotalSize() const;

@@ -26,16 +26,56 @@ ModelImpl::ModelImpl(const ModelConfig& c, int device, int dtype, int64_t seed)
     initMamba1(config, dims, table, seed, host.data());
     be.upload(params.data(), host.data(), table.totalSize());
     neg_a = Buffer(be, dims.ssm_state * dims.n_layers);
+    if (dtype == DTYPE_BF16 || dtype == DTYPE_F16) lowp = Buffer(be, (table.totalSize() + 1) / 2);
 }
 
-const float* ModelImpl::negA() {
+ModelImpl::~ModelImpl() { dropGraphs(); }
+
+Weights ModelImpl::weights() {
     if (weights_changed) {
         for (int i = 0; i < dims.n_layers; ++i)
             be.negExp(params.data() + table.params()[table.layers[i].a_log].offset, neg_a.data() + i * dims.ssm_state,
                       dims.ssm_state);
+        if (lowp.data()) be.toLowPrecision(params.data(), lowp.data(), table.totalSize(), dtype);
         weights_changed = false;
     }
-    return neg_a.data();
+    return Weights{params.data(), reinterpret_cast<const uint16_t*>(lowp.data()), dtype, neg_a.data()};
+}
+
+void ModelImpl::setGraphs(bool on) {
+    if (!on) dropGraphs();
+    graphs = on && be.supportsGraphs();
+}
+
+void ModelImpl::dropGraphs() noexcept {
+    for (auto& g : step_graphs_) be.destroyGraph(g.second);
+    step_graphs_.clear();
+}
+
+// A decode step replayed from a captured graph: staging and workspace pointers are fixed at capture,
+// so anything that moves them drops the graphs first. Host copies stay outside the graph.
+void ModelImpl::runGraphStep(StateImpl& s, const float* x, float* y) {
+    const int B = s.batch;
+    bool moved = mamba1.reserve(be, B);
+    moved |= x_stage.ensure(be, static_cast<int64_t>(B) * dims.in_width);
+    moved |= y_stage.ensure(be, static_cast<int64_t>(B) * dims.d_model);
+    if (moved) dropGraphs();
+    const Weights w = weights();
+    be.upload(x_stage.data(), x, static_cast<int64_t>(B) * dims.in_width);
+    const auto key = std::make_pair(static_cast<const float*>(s.data.data()), B);
+    auto it = step_graphs_.find(key);
+    if (it == step_graphs_.end()) {
+        be.beginCapture();
+        try {
+            mamba1.run(be, w, s.data.data(), x_stage.data(), B, 1, y_stage.data(), false);
+        } catch (...) {
+            be.destroyGraph(be.endCapture());
+            throw;
+        }
+        it = step_graphs_.emplace(key, be.endCapture()).first;
+    }
+    be.replay(it->second);
+    be.download(y, y_stage.data(), static_cast<int64_t>(B) * dims.d_model);
 }
 
 void ModelImpl::checkState(const StateImpl& s) const {
@@ -57,13 +97,17 @@ void ModelImpl::run(StateImpl* state, const float* x, int B, int T, float* y, bo
     const int64_t xn = static_cast<int64_t>(B) * T * dims.in_width;
     const int64_t yn = static_cast<int64_t>(B) * (allPositions ? T : 1) * dims.d_model;
     if (be.isHost()) {
-        mamba1.run(be, params.data(), negA(), st, x, B, T, y, allPositions);
+        mamba1.run(be, weights(), st, x, B, T, y, allPositions);
         return;
     }
-    x_stage.ensure(be, xn);
-    y_stage.ensure(be, yn);
+    if (graphs && state && T == 1 && !allPositions) {
+        runGraphStep(*state, x, y);
+        return;
+    }
+    if (mamba1.reserve(be, static_cast<int64_t>(B) * T) | x_stage.ensure(be, xn) | y_stage.ensure(be, yn)) dropGraphs();
+    const Weights w = weights();
     be.upload(x_stage.data(), x, xn);
-    mamba1.run(be, params.data(), negA(), st, x_stage.data(), B, T, y_stage.data(), allPositions);
+    mamba1.run(be, w, st, x_stage.data(), B, T, y_stage.data(), allPositions);
     be.download(y, y_stage.data(), yn);
 }
 
@@ -77,6 +121,8 @@ ModelConfig Model::config() const { return impl_->config; }
 int Model::device() const { return impl_->device; }
 int Model::dtype() const { return impl_->dtype; }
 int Model::inputWidth() const { return impl_->dims.in_width; }
+void Model::setCudaGraphs(bool enabled) { impl_->setGraphs(enabled); }
+bool Model::cudaGraphs() const { return impl_->graphs; }
 int Model::paramCount() const { return static_cast<int>(impl_->table.params().size()); }
 int64_t Model::paramTotalSize() const { return impl_->table.totalSize(); }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 namespace mamba {
 
@@ -68,6 +69,23 @@ public:
     virtual void negExp(const float* a_log, float* a, int64_t n) = 0;
     virtual void convSilu(const ConvArgs& args) = 0;
     virtual void selectiveScan(const ScanArgs& args) = 0;
+
+    // ---- low-precision weights (devices that store BF16/F16 matrices) ----
+    /** Converts n f32 values to dtype (DTYPE_BF16 or DTYPE_F16) at dst (2 bytes each, round to nearest even). */
+    virtual void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) {
+        throw std::invalid_argument("this backend stores F32 weights only");
+    }
+
+    // ---- graphs: record a fixed sequence of launches once, replay it with one call ----
+    virtual bool supportsGraphs() const { return false; }
+    /** Starts recording the work this backend is asked to do (nothing may allocate until capture ends). */
+    virtual void beginCapture() {}
+    /** Ends recording; returns an executable handle. */
+    virtual void* endCapture() { return nullptr; }
+    virtual void replay(void* graph) {}
+    virtual void destroyGraph(void* graph) noexcept {}
+    /** Waits for all queued work (device backends run asynchronously). */
+    virtual void synchronize() {}
 };
 
 /** The CPU backend singleton (OpenBLAS + our loops). */

@@ -20,11 +20,12 @@ public:
     float* data() const { return data_; }
     int64_t size() const { return size_; }
 
-    /** Makes room for at least n floats; contents are not preserved when it grows. */
-    void ensure(Backend& be, int64_t n) {
-        if (n <= size_) return;
+    /** Makes room for at least n floats; contents are not preserved when it grows. Returns true if it grew. */
+    bool ensure(Backend& be, int64_t n) {
+        if (n <= size_) return false;
         Buffer bigger(be, n);
         *this = std::move(bigger);
+        return true;
     }
 
 private:

@@ -7,6 +7,14 @@
 
 namespace mamba {
 
+/** Where a model's weights live: the f32 master buffer, an optional 2-byte copy, and cached -exp(A_log). */
+struct Weights {
+    const float* f32;
+    const uint16_t* lowp;  // same element offsets as f32; null when matrices are read as f32
+    int dtype;             // DTYPE_F32, DTYPE_TF32, DTYPE_BF16 or DTYPE_F16
+    const float* neg_a;    // [n_layers, d_inner, d_state]
+};
+
 class Mamba1Model {
 public:
     Mamba1Model(const Dims& dims, const ParamTable& table) : dims_(dims), table_(table) {}
@@ -14,14 +22,15 @@ public:
     /**
      * Runs x [B, T, in_width] through the backbone, carrying `state` ([B, row_state], in and out).
      * Writes y: every position [B, T, d_model] when allPositions, else the last one [B, d_model].
-     * `params` is the flat weight buffer, `a` the cached -exp(A_log) for all layers.
      */
-    void run(Backend& be, const float* params, const float* a, float* state, const float* x, int B, int T,
-             float* y, bool allPositions);
+    void run(Backend& be, const Weights& w, float* state, const float* x, int B, int T, float* y, bool allPositions);
+
+    /** Sizes the workspace for `rows` = B*T rows; returns true if any buffer moved (graphs must be re-captured). */
+    bool reserve(Backend& be, int64_t rows);
 
 private:
-    Matrix matrix(const float* params, int index) const;
-    const float* at(const float* params, int index) const { return params + table_.params()[index].offset; }
+    Matrix matrix(const Weights& w, int index) const;
+    const float* at(const Weights& w, int index) const { return w.f32 + table_.params()[index].offset; }
 
     const Dims& dims_;
     const ParamTable& table_;

@@ -4,6 +4,9 @@
 #include "buffer.h"
 #include "mamba1_model.h"
 
+#include <map>
+#include <utility>
+
 namespace mamba {
 
 class StateImpl {
@@ -20,11 +23,14 @@ class ModelImpl {
 public:
     ModelImpl(const ModelConfig& config, int device, int dtype, int64_t seed);
 
-    /** -exp(A_log) for every layer, recomputed after the weights change. */
-    const float* negA();
+    ~ModelImpl();
+
+    /** The weights as the kernels read them; refreshes derived copies (-exp(A_log), BF16/F16) after writes. */
+    Weights weights();
     /** Runs the backbone on host input/output, staging through device memory when needed. */
     void run(StateImpl* state, const float* x, int B, int T, float* y, bool allPositions);
     void checkState(const StateImpl& s) const;
+    void setGraphs(bool on);
 
     ModelConfig config;
     Dims dims;
@@ -32,10 +38,17 @@ public:
     Backend& be;
     int device, dtype;
     Buffer params;
+    Buffer lowp;   // 2-byte copy of params for BF16/F16 storage (same element offsets)
     Buffer neg_a;
     bool weights_changed = true;
     Mamba1Model mamba1;
     Buffer scratch_state, x_stage, y_stage;
+    bool graphs = false;
+
+private:
+    void runGraphStep(StateImpl& state, const float* x, float* y);
+    void dropGraphs() noexcept;
+    std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, batch) -> captured step
 };
 
 }  // namespace mamba

@@ -11,8 +11,9 @@ import org.mamba4j.MambaException;
  * <p>Use one sampler per generated sequence: each owns its random stream, so the rows of a batch
  * sample independently and a row gives the same tokens as generating that sequence alone with a
  * sampler built the same way. The stream is {@link SplittableRandom}, whose algorithm is fixed by
- * the Java specification, so a seed gives the same tokens on every JVM. Greedy steps draw nothing;
- * every sampled step draws exactly one {@code double}.
+ * the Java specification, and the arithmetic is reproducible too ({@link StrictMath#exp} and
+ * Java 17's strict floating point, summed in a fixed order), so a seed gives the same tokens on every
+ * JVM and platform. Greedy steps draw nothing; every sampled step draws exactly one {@code double}.
  *
  * <h2>Order of operations</h2>
  *
@@ -179,7 +180,7 @@ public final class TokenSampler {
         double total = 0.0;
         for (int i = 0; i < vocab; i++) {
             float x = w[i];
-            double e = x == Float.NEGATIVE_INFINITY ? 0.0 : Math.exp((x - (double) bestValue) / temperature);
+            double e = x == Float.NEGATIVE_INFINITY ? 0.0 : StrictMath.exp((x - (double) bestValue) / temperature);
             p[i] = e;
             total += e;
         }
