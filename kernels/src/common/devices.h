@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend.h"
+#include "mamba/mamba.h"
 
 #include <string>
 

@@ -78,6 +78,26 @@ public final class MambaModel implements AutoCloseable {
     public Device device() { return device; }
     public DType dtype() { return dtype; }
 
+    /**
+     * On a CUDA device, records each decode step (per state and batch) as a CUDA graph the first time and
+     * replays it afterwards — the same kernels, so results are bit-identical to eager steps, with far less
+     * launch overhead. Ignored on the CPU.
+     */
+    public void setCudaGraphs(boolean enabled) {
+        synchronized (this) {
+            checkOpen();
+            peer.setCudaGraphs(enabled);
+        }
+    }
+
+    /** Whether decode steps replay CUDA graphs. */
+    public boolean cudaGraphs() {
+        synchronized (this) {
+            checkOpen();
+            return peer.cudaGraphs();
+        }
+    }
+
     /** A zeroed state for {@code batch} independent sequences. Close it when done. */
     public MambaState newState(int batch) {
         Checks.positive("batch", batch);
