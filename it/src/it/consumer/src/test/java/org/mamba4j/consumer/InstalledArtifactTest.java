@@ -1,0 +1,32 @@
+package org.mamba4j.consumer;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
+import org.mamba4j.Mamba1Config;
+import org.mamba4j.MambaModel;
+import org.mamba4j.MambaState;
+
+class InstalledArtifactTest {
+    @Test
+    void nativesLoadFromTheJarAndAModelRuns() throws Exception {
+        Path cache = Path.of(System.getProperty("org.bytedeco.javacpp.cachedir"));
+        try (MambaModel m = MambaModel.builder(Mamba1Config.defaults()).inputDim(8).seed(1).build();
+             MambaState s = m.newState(2)) {
+            float[] y = m.step(s, new float[] {1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4, 5, 6, 7, 8});
+            assertEquals(2 * 128, y.length);
+            assertTrue(Float.isFinite(y[0]) && y[0] != 0);
+            assertEquals(y[5], y[128 + 5], 0f);  // identical rows, identical outputs
+        }
+        // libmamba and OpenBLAS were extracted from the platform jars into the (initially empty) cache.
+        try (Stream<Path> files = Files.walk(cache)) {
+            assertTrue(files.anyMatch(p -> p.getFileName().toString().equals("libmamba.so")), "libmamba.so extracted into " + cache);
+        }
+        String where = MambaModel.class.getProtectionDomain().getCodeSource().getLocation().toString();
+        assertTrue(where.endsWith(".jar") && !where.contains("/mamba-api/target/"), "mamba-api came from the installed jar: " + where);
+    }
+}
