@@ -35,7 +35,7 @@ if [ "$CUDA" != off ]; then
   [ -n "$NVCC" ] || echo "cppbuild.sh: nvcc not found - building libmamba without CUDA (CPU only)"
 fi
 
-CXXFLAGS="-std=c++17 -O3 -fPIC -march=x86-64-v3 -fopenmp-simd -fno-math-errno -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter"
+CXXFLAGS="-std=c++17 -O3 -fPIC -march=x86-64-v3 -fopenmp-simd -fno-math-errno -fno-trapping-math -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter"
 NVFLAGS="-std=c++17 -O3 -Xcompiler=-fPIC,-fvisibility=hidden --expt-relaxed-constexpr -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 STAMP="$CXXFLAGS|$NVFLAGS|${NVCC:+cuda}|$OPENBLAS"
 LIB=$PREFIX/lib/libmamba.so

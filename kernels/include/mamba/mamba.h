@@ -161,4 +161,118 @@ private:
     ModelImpl* impl_;
 };
 
+// ---- training (Mamba-1, CPU; trainer_api.cpp) ----
+
+/** AdamW hyper-parameters with PyTorch semantics (torch.optim.AdamW). */
+struct MAMBA_API AdamWConfig {
+    float lr = 1e-3f;
+    float beta1 = 0.9f;
+    float beta2 = 0.999f;
+    float eps = 1e-8f;
+    float weight_decay = 0.01f;
+};
+
+/** What a backward or optimizer step reports. */
+struct MAMBA_API StepStats {
+    int64_t step = 0;           // optimizer steps taken so far (after this call)
+    bool applied = false;       // whether this call ran an optimizer step
+    float grad_norm = 0.f;      // pre-clip global L2 norm of the gradient it stepped with (valid when applied)
+    float learning_rate = 0.f;  // the learning rate of that step
+    bool has_loss = false;      // loss/accuracy are set (the fused MSE / cross-entropy paths)
+    float loss = 0.f;           // mean over the counted targets of this micro-batch
+    float accuracy = 0.f;       // cross-entropy: fraction of counted positions whose argmax is the target
+    int64_t counted = 0;        // targets counted (cross-entropy: positions not ignored; MSE: elements)
+};
+
+/** Whether backward/optimizer stages exist for a device code (DEVICE_CPU or a CUDA ordinal). */
+MAMBA_API bool trainingSupported(int device);
+
+/**
+ * Trains a Model's own weights in place: a training forward over [batch, seqLen] that keeps an activation
+ * tape, backpropagation through time, gradient accumulation, global-norm clipping and AdamW. Optionally
+ * owns a linear head [vocab, d_model] + bias for softmax cross-entropy. Each sequence starts from a zero
+ * state unless burnIn/setStartState prepared one for the next forward; the start state gets no gradient.
+ *
+ * Trainable tensors are indexed like the Model's parameters, then (with a head) lm_head.weight and
+ * lm_head.bias. Gradients accumulate over backward calls until optimizerStep() (or a call with
+ * apply = true) uses and clears them. Not thread-safe, and the Model must outlive the Trainer.
+ */
+class MAMBA_API Trainer {
+public:
+    Trainer(Model& model, int batch, int seqLen);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    int batch() const;
+    int seqLen() const;
+
+    void setAdamW(const AdamWConfig& config);
+    AdamWConfig adamW() const;
+    void setLearningRate(float lr);
+    float learningRate() const;
+    /** Clips the global gradient norm to maxNorm before each optimizer step; <= 0 disables (default). */
+    void setClipGradNorm(float maxNorm);
+    float clipGradNorm() const;
+
+    /** Adds a linear head [vocab, d_model] + bias (U(±1/√d_model), bias 0) for cross-entropy. Once. */
+    void addHead(int vocab, int64_t seed);
+    int headVocab() const;
+
+    int paramCount() const;
+    std::string paramName(int index) const;
+    int64_t paramSize(int index) const;
+    /** Whether AdamW's weight decay applies to a tensor (default: not for norms, biases, A_log, D). */
+    void setWeightDecay(int index, bool decay);
+    bool weightDecay(int index) const;
+    void readParam(int index, float* dst, int64_t dstLength) const;
+    void writeParam(int index, const float* src, int64_t srcLength);
+    /** The accumulated gradient of a tensor (zero right after an optimizer step). */
+    void readGrad(int index, float* dst, int64_t dstLength) const;
+    /** AdamW moments: which = 0 for m (exp_avg), 1 for v (exp_avg_sq). */
+    void readMoment(int which, int index, float* dst, int64_t dstLength) const;
+    void writeMoment(int which, int index, const float* src, int64_t srcLength);
+    int64_t stepCount() const;
+    void setStepCount(int64_t steps);
+    /** Discards the accumulated gradients. */
+    void zeroGrad();
+
+    /** Runs x [batch, steps, inputWidth] from a zero state with no tape; the next forward starts from the result. */
+    void burnIn(const float* x, int64_t xLength, int steps);
+    /** The next forward starts from a copy of `state` (same model, batch rows). */
+    void setStartState(const State& state);
+    /** Copies the state reached at the end of the last forward into `state`. */
+    void readEndState(State& state) const;
+
+    /** Training forward: x [batch, seqLen, inputWidth] → y [batch, seqLen, d_model]; keeps the tape. */
+    void forward(const float* x, int64_t xLength, float* y, int64_t yLength);
+    /**
+     * Backward of the last forward with dy [batch, seqLen, d_model] multiplied by `scale`; gradients add
+     * up. With apply it then runs the optimizer step.
+     */
+    StepStats backward(const float* dy, int64_t dyLength, float scale, bool apply);
+    /** Clip + AdamW with the accumulated gradients, then clears them. */
+    StepStats optimizerStep();
+    /** forward + backward (+ optimizer step when apply); bit-identical to the split calls. */
+    StepStats step(const float* x, int64_t xLength, const float* dy, int64_t dyLength, float scale, bool apply);
+    /** forward + mean-squared-error against target [batch, seqLen, d_model] + backward (+ step). */
+    StepStats stepMse(const float* x, int64_t xLength, const float* target, int64_t targetLength, float scale,
+                      bool apply);
+    /**
+     * forward + head + softmax cross-entropy against targets [batch, seqLen] (mean over the positions whose
+     * target is not ignoreIndex) + backward (+ step). Logits stay in native memory.
+     */
+    StepStats stepCrossEntropy(const float* x, int64_t xLength, const int* targets, int64_t targetLength,
+                               int ignoreIndex, float scale, bool apply);
+    /** Cross-entropy loss and accuracy with no gradients (clears any pending forward). */
+    StepStats evalCrossEntropy(const float* x, int64_t xLength, const int* targets, int64_t targetLength,
+                               int ignoreIndex);
+    /** ∂L/∂x of the last backward, [batch, seqLen, inputWidth]. */
+    void readInputGradient(float* dst, int64_t dstLength) const;
+
+private:
+    class Impl;
+    Impl* impl_;
+};
+
 }  // namespace mamba

@@ -46,6 +46,54 @@ struct ScanArgs {
     int batch, steps, channels, d_state;
 };
 
+/** Backward of convSilu (training). Recomputes the conv output from x and the starting history. */
+struct ConvBackwardArgs {
+    const float* x;            // [B*T, ldx]: the forward's conv input (in_proj's x half)
+    int64_t ldx;
+    const float* history;      // per row b: [channels, width-1] as it was BEFORE the forward (oldest first)
+    int64_t history_stride;
+    const float* w;            // [channels, width]
+    const float* bias;         // [channels]
+    const float* du;           // [B*T, ldu]: gradient of SiLU's output u
+    int64_t ldu;
+    float* dx;                 // out: [B*T, lddx] gradient of x (overwritten); the history's gradient is dropped
+    int64_t lddx;
+    float* dw;                 // [channels, width] += (summed over rows in row order)
+    float* dbias;              // [channels] +=
+    int batch, steps, channels, width;
+};
+
+/** Backward of selectiveScan (training): softplus, scan from the starting h, D skip and the SiLU(z) gate. */
+struct ScanBackwardArgs {
+    const float* dt;           // [B*T, channels]: forward's dt_proj output incl. bias (before softplus)
+    const float* a;            // [channels, d_state] = -exp(A_log)
+    const float* bc;           // [B*T, ldbc]: B_t then C_t
+    int64_t ldbc;
+    const float* u;            // [B*T, channels]
+    const float* z;            // [B*T, ldz]
+    int64_t ldz;
+    const float* d_skip;       // [channels]
+    const float* h0;           // per row b: [channels, d_state] as it was BEFORE the forward
+    int64_t h0_stride;
+    const float* dout;         // [B*T, channels]: gradient of the gated output
+    float* ddt;                // out: [B*T, channels] gradient of the pre-softplus dt (overwritten)
+    float* dbc;                // out: [B*T, lddbc]: dB_t then dC_t (overwritten)
+    int64_t lddbc;
+    float* du;                 // out: [B*T, channels] (overwritten): D·dy + Δ·Σ G·B
+    float* dz;                 // out: [B*T, lddz] (overwritten)
+    int64_t lddz;
+    float* da_log;             // [channels, d_state] += (the gradient w.r.t. A_log, rows summed in row order)
+    float* dd_skip;            // [channels] +=
+    int batch, steps, channels, d_state;
+};
+
+/** One AdamW update (PyTorch semantics) of n parameters: decoupled decay, bias-corrected moments. */
+struct AdamWArgs {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_correction1, bias_correction2;  // 1 - beta^step
+    float grad_scale;                          // gradient multiplier (global-norm clipping), applied first
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -86,6 +134,56 @@ public:
     virtual void destroyGraph(void* graph) noexcept {}
     /** Waits for all queued work (device backends run asynchronously). */
     virtual void synchronize() {}
+
+    // ---- training (mamba1_train.cpp, trainer_api.cpp). Gradients accumulate (+=) unless said otherwise;
+    // every reduction over rows must run in a fixed order so results do not depend on thread counts. ----
+    /** dx[r, 0:in] = beta·dx[r, 0:in] + dy[r, 0:out]·W (the f32 weights). */
+    virtual void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
+                                float beta) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /** dw[out, in] += Σ_r dy[r]ᵀ·x[r]; dbias[out] += Σ_r dy[r] when dbias is not null. */
+    virtual void linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out,
+                                  int in, float* dw, float* dbias) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /** Backward of rmsnorm: dx = beta·dx + ∂/∂x; dw += Σ_r dy ⊙ x̂ (x̂ = x / rms). */
+    virtual void rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy,
+                                 int64_t rows, int d, float eps, float* dx, int64_t lddx, float beta, float* dw) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    virtual void convSiluBackward(const ConvBackwardArgs& args) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    virtual void selectiveScanBackward(const ScanBackwardArgs& args) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /** x[i] *= s. */
+    virtual void scale(float* x, int64_t n, float s) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /** Σ x[i]², accumulated in double over fixed-size chunks in a fixed order (deterministic). */
+    virtual double sumOfSquares(const float* x, int64_t n) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /** In-place AdamW on p with gradient g and moments m, v (all n floats). */
+    virtual void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& args) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /** dy = scale·2·(y − t); returns Σ (y − t)² in double (deterministic). */
+    virtual double mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /**
+     * Softmax cross-entropy per row of logits [rows, vocab] against int32 targets (backend memory);
+     * rows whose target equals ignore_index count nothing. Writes loss[r] (0 when ignored), correct[r]
+     * (1 when the argmax is the target) and, when dlogits is not null, dlogits = scale·(softmax − onehot)
+     * (zeros for ignored rows). dlogits may alias logits.
+     */
+    virtual void crossEntropy(const float* logits, int64_t rows, int vocab, const int32_t* targets, int ignore_index,
+                              float scale, float* loss, float* correct, float* dlogits) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
 };
 
 /** The CPU backend singleton (OpenBLAS + our loops). */

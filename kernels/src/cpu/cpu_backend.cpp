@@ -2,6 +2,7 @@
 // Work is split over (batch row, channel block) so results do not depend on the thread count.
 #include "../common/backend.h"
 #include "../common/errors.h"
+#include "cpu_backward.h"
 #include "fast_math.h"
 #include "thread_pool.h"
 
@@ -22,6 +23,30 @@ using cpu::pool;
 constexpr int kChannelBlock = 64;
 // Below this many (channel × step) updates a stage runs on the calling thread.
 constexpr int64_t kMinParallelWork = 1 << 14;
+
+/**
+ * One time step of the SSM for channels [d0, d0+nd): h ← exp(Δ·A)·h + Δ·u·B, y = h·C.
+ * FixedN > 0 compiles the state loop for that size (fully unrolled, no remainder), 0 uses n.
+ */
+template <int FixedN>
+inline void scanChannels(const ScanArgs& s, int d0, int nd, int n, const float* delta, const float* u,
+                         const float* Bt, const float* Ct, float* h, float* y) {
+    const int N = FixedN > 0 ? FixedN : n;
+    for (int j = 0; j < nd; ++j) {
+        const int64_t d = d0 + j;
+        float* hd = h + d * N;
+        const float* ad = s.a + d * N;
+        const float dj = delta[j], du = dj * u[j];
+        float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+        for (int k = 0; k < N; ++k) {
+            const float hn = cpu::fastExp(dj * ad[k]) * hd[k] + du * Bt[k];
+            hd[k] = hn;
+            acc += hn * Ct[k];
+        }
+        y[j] = acc;
+    }
+}
 
 class CpuBackend final : public Backend {
 public:
@@ -95,18 +120,25 @@ public:
                 float* hist = c.history + b * c.history_stride;
                 const int64_t row0 = static_cast<int64_t>(b) * c.steps;
                 for (int t = 0; t < c.steps; ++t) {
-                    float* ur = c.u + (row0 + t) * c.ldu;
+                    float acc[kChannelBlock];
 #pragma omp simd
-                    for (int j = 0; j < nd; ++j) {
-                        const int d = d0 + j;
-                        float acc = c.bias[d];
-                        for (int k = 0; k < K; ++k) {
-                            const int src = t - H + k;  // time of the input this tap multiplies
-                            const float v = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[d * H + H + src];
-                            acc += c.w[d * K + k] * v;
+                    for (int j = 0; j < nd; ++j) acc[j] = c.bias[d0 + j];
+                    for (int k = 0; k < K; ++k) {
+                        const int src = t - H + k;  // time of the input this tap multiplies
+                        const float* wk = c.w + static_cast<int64_t>(d0) * K + k;
+                        if (src >= 0) {
+                            const float* xs = c.x + (row0 + src) * c.ldx + d0;
+#pragma omp simd
+                            for (int j = 0; j < nd; ++j) acc[j] += wk[j * K] * xs[j];
+                        } else {  // before this call: the carried history, [channel, H] oldest first
+                            const float* hs = hist + static_cast<int64_t>(d0) * H + H + src;
+#pragma omp simd
+                            for (int j = 0; j < nd; ++j) acc[j] += wk[j * K] * hs[j * H];
                         }
-                        ur[d] = cpu::silu(acc);
                     }
+                    float* ur = c.u + (row0 + t) * c.ldu + d0;
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) ur[j] = cpu::silu(acc[j]);
                 }
                 // New history: the last H inputs of the window (old history + this call's inputs).
                 for (int i = 0; i < H; ++i) {
@@ -143,26 +175,44 @@ public:
                     const float* Ct = Bt + N;
 #pragma omp simd
                     for (int j = 0; j < nd; ++j) delta[j] = cpu::softplus(dt[j]);
-                    for (int j = 0; j < nd; ++j) {
-                        const int d = d0 + j;
-                        float* hd = h + static_cast<int64_t>(d) * N;
-                        const float* ad = s.a + static_cast<int64_t>(d) * N;
-                        const float dj = delta[j], du = dj * u[j];
-                        float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-                        for (int n = 0; n < N; ++n) {
-                            const float hn = cpu::fastExp(dj * ad[n]) * hd[n] + du * Bt[n];
-                            hd[n] = hn;
-                            acc += hn * Ct[n];
-                        }
-                        y[j] = acc;
-                    }
+                    if (N == 16)
+                        scanChannels<16>(s, d0, nd, N, delta, u, Bt, Ct, h, y);
+                    else
+                        scanChannels<0>(s, d0, nd, N, delta, u, Bt, Ct, h, y);
                     float* out = s.out + r * s.channels + d0;
 #pragma omp simd
                     for (int j = 0; j < nd; ++j) out[j] = (y[j] + s.d_skip[d0 + j] * u[j]) * cpu::silu(z[j]);
                 }
             }
         });
+    }
+
+    // ---- training stages: implemented in cpu_backward.cpp ----
+    void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
+                        float beta) override {
+        cpu::linearBackward(dy, lddy, rows, w, dx, lddx, beta);
+    }
+    void linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out, int in,
+                          float* dw, float* dbias) override {
+        cpu::linearWeightGrad(dy, lddy, x, ldx, rows, out, in, dw, dbias);
+    }
+    void rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy, int64_t rows,
+                         int d, float eps, float* dx, int64_t lddx, float beta, float* dw) override {
+        cpu::rmsnormBackward(x, ldx, w, dy, lddy, rows, d, eps, dx, lddx, beta, dw);
+    }
+    void convSiluBackward(const ConvBackwardArgs& args) override { cpu::convSiluBackward(args); }
+    void selectiveScanBackward(const ScanBackwardArgs& args) override { cpu::selectiveScanBackward(args); }
+    void scale(float* x, int64_t n, float s) override { cpu::scale(x, n, s); }
+    double sumOfSquares(const float* x, int64_t n) override { return cpu::sumOfSquares(x, n); }
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& args) override {
+        cpu::adamw(p, g, m, v, n, args);
+    }
+    double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override {
+        return cpu::mse(y, target, n, scale, dy);
+    }
+    void crossEntropy(const float* logits, int64_t rows, int vocab, const int32_t* targets, int ignore_index,
+                      float scale, float* loss, float* correct, float* dlogits) override {
+        cpu::crossEntropy(logits, rows, vocab, targets, ignore_index, scale, loss, correct, dlogits);
     }
 };
 

@@ -1,0 +1,113 @@
+// Causal depthwise conv (width K ≤ 8) over T steps with the carried history, then SiLU.
+// History per row b: [channels, K-1], oldest first; after the call it holds the last K-1 inputs of
+// (old history ++ this call's inputs) — the CPU backend's semantics.
+//
+// Two shapes of the same arithmetic (acc = bias + Σ_k w[k]·v_k in tap order, then SiLU):
+//  - stepwise: one thread per (row b, channel) walks the T steps with the window in registers and
+//    rewrites the history itself — one launch, used for decode (T small) or when B·channels fill the GPU;
+//  - parallel: one thread per (position, channel) reads its K taps from x or the history, then a second
+//    small kernel rewrites the history (it must run after every position has read the old one).
+#include "kernels.h"
+
+namespace mamba::cuda {
+namespace {
+
+constexpr int kMaxWidth = 8;
+
+__global__ void convStepwiseKernel(ConvArgs c) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= static_cast<int64_t>(c.batch) * c.channels) return;
+    const int b = static_cast<int>(i / c.channels), d = static_cast<int>(i % c.channels);
+    const int K = c.width, H = K - 1;
+    float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+    float w[kMaxWidth], win[kMaxWidth];
+#pragma unroll
+    for (int k = 0; k < kMaxWidth; ++k) {
+        w[k] = k < K ? c.w[d * K + k] : 0.f;
+        win[k] = k < H ? hist[k] : 0.f;
+    }
+    const float bias = c.bias[d];
+    const int64_t row0 = static_cast<int64_t>(b) * c.steps;
+    for (int t = 0; t < c.steps; ++t) {
+        const float xv = c.x[(row0 + t) * c.ldx + d];
+        float acc = bias;
+#pragma unroll
+        for (int k = 0; k < kMaxWidth; ++k)
+            if (k == H) win[k] = xv;  // the newest tap (compile-time indices keep win in registers)
+#pragma unroll
+        for (int k = 0; k < kMaxWidth; ++k)
+            if (k < K) acc += w[k] * win[k];
+        c.u[(row0 + t) * c.ldu + d] = siluf(acc);
+#pragma unroll
+        for (int k = 0; k + 1 < kMaxWidth; ++k)
+            if (k < H) win[k] = win[k + 1];
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxWidth; ++k)
+        if (k < H) hist[k] = win[k];
+}
+
+__global__ void convParallelKernel(ConvArgs c) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int d = blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= c.channels) return;
+    const int64_t r = blockIdx.y + static_cast<int64_t>(blockIdx.z) * gridDim.y;  // position row b*T + t
+    if (r >= static_cast<int64_t>(c.batch) * c.steps) return;
+    const int b = static_cast<int>(r / c.steps), t = static_cast<int>(r % c.steps);
+    const int K = c.width, H = K - 1;
+    const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+    const int64_t row0 = static_cast<int64_t>(b) * c.steps;
+    float acc = c.bias[d];
+    for (int k = 0; k < K; ++k) {
+        const int src = t - H + k;  // time of the input this tap multiplies
+        const float v = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
+        acc += c.w[d * K + k] * v;
+    }
+    c.u[r * c.ldu + d] = siluf(acc);
+}
+
+__global__ void convHistoryKernel(ConvArgs c) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= static_cast<int64_t>(c.batch) * c.channels) return;
+    const int b = static_cast<int>(i / c.channels), d = static_cast<int>(i % c.channels);
+    const int H = c.width - 1;
+    float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+    const int64_t row0 = static_cast<int64_t>(b) * c.steps;
+    float next[kMaxWidth];
+#pragma unroll
+    for (int k = 0; k < kMaxWidth; ++k) {
+        const int src = c.steps - H + k;
+        if (k < H) next[k] = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
+    }
+#pragma unroll
+    for (int k = 0; k < kMaxWidth; ++k)
+        if (k < H) hist[k] = next[k];
+}
+
+}  // namespace
+
+void convSilu(const Exec& ex, const ConvArgs& c) {
+    if (c.batch <= 0 || c.steps <= 0 || c.channels <= 0) return;
+    if (c.width < 1 || c.width > kMaxWidth)
+        throw std::invalid_argument("convSilu: width " + std::to_string(c.width) + " is outside [1, 8]");
+    const int64_t lanes = static_cast<int64_t>(c.batch) * c.channels;
+    const bool stepwise = c.steps <= 8 || lanes >= static_cast<int64_t>(ex.sms) * 1024;
+    if (stepwise) {
+        launch("convSilu", ex, convStepwiseKernel, dim3(blocksFor(lanes, 128)), dim3(128), 0, c);
+        return;
+    }
+    const int64_t rows = static_cast<int64_t>(c.batch) * c.steps;
+    const unsigned ychunks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+    const unsigned zchunks = static_cast<unsigned>((rows + ychunks - 1) / ychunks);
+    const int threads = c.channels >= 128 ? 128 : 32;
+    launch("convSilu", ex, convParallelKernel, dim3(blocksFor(c.channels, threads), ychunks, zchunks), dim3(threads),
+           0, c);
+    if (c.width > 1) launch("convSilu history", ex, convHistoryKernel, dim3(blocksFor(lanes, 128)), dim3(128), 0, c);
+}
+
+}  // namespace mamba::cuda

@@ -1,0 +1,101 @@
+// Element-wise stages: -exp(A_log), f32 → bf16/f16 weight copies, packing activations for a
+// low-precision GEMM, and the bias/beta pre-pass of a cuBLAS linear. All grid-stride, 64-bit indices.
+#include "kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mamba::cuda {
+namespace {
+
+template <typename T> __device__ __forceinline__ T fromFloat(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+
+unsigned gridFor(const Exec& ex, int64_t n, int threads) {
+    const int64_t want = (n + threads - 1) / threads;
+    return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, static_cast<int64_t>(ex.sms) * 16)));
+}
+
+__global__ void negExpKernel(const float* __restrict__ in, float* __restrict__ out, int64_t n) {
+    pdlWait();
+    pdlLaunchDependents();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        out[i] = -expf(in[i]);
+}
+
+template <typename T>
+__global__ void toLowpKernel(const float* __restrict__ src, T* __restrict__ dst, int64_t n) {
+    pdlWait();
+    pdlLaunchDependents();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        dst[i] = fromFloat<T>(src[i]);
+}
+
+template <typename T>
+__global__ void rowsToLowpKernel(const float* __restrict__ x, int64_t ldx, int64_t rows, int cols, T* __restrict__ dst) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = i / cols, c = i % cols;
+        dst[i] = fromFloat<T>(x[r * ldx + c]);
+    }
+}
+
+__global__ void biasInitKernel(float* __restrict__ y, int64_t ldy, int64_t rows, int n, const float* __restrict__ bias,
+                               float beta) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t total = rows * n;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = i / n, c = i % n;
+        float* p = y + r * ldy + c;
+        *p = beta == 0.f ? bias[c] : beta * *p + bias[c];
+    }
+}
+
+}  // namespace
+
+void negExp(const Exec& ex, const float* in, float* out, int64_t n) {
+    if (n <= 0) return;
+    launch("negExp", ex, negExpKernel, dim3(gridFor(ex, n, 256)), dim3(256), 0, in, out, n);
+}
+
+void toLowp(const Exec& ex, const float* src, void* dst, int64_t n, int dtype) {
+    if (n <= 0) return;
+    if (dtype == DTYPE_BF16)
+        launch("toLowPrecision(bf16)", ex, toLowpKernel<__nv_bfloat16>, dim3(gridFor(ex, n, 256)), dim3(256), 0, src,
+               static_cast<__nv_bfloat16*>(dst), n);
+    else if (dtype == DTYPE_F16)
+        launch("toLowPrecision(f16)", ex, toLowpKernel<__half>, dim3(gridFor(ex, n, 256)), dim3(256), 0, src,
+               static_cast<__half*>(dst), n);
+    else
+        throw std::invalid_argument("toLowPrecision: dtype code " + std::to_string(dtype) + " is not BF16 or F16");
+}
+
+void rowsToLowp(const Exec& ex, const float* x, int64_t ldx, int64_t rows, int cols, void* dst, int dtype) {
+    const int64_t n = rows * cols;
+    if (n <= 0) return;
+    if (dtype == DTYPE_BF16)
+        launch("pack activations (bf16)", ex, rowsToLowpKernel<__nv_bfloat16>, dim3(gridFor(ex, n, 256)), dim3(256), 0,
+               x, ldx, rows, cols, static_cast<__nv_bfloat16*>(dst));
+    else
+        launch("pack activations (f16)", ex, rowsToLowpKernel<__half>, dim3(gridFor(ex, n, 256)), dim3(256), 0, x, ldx,
+               rows, cols, static_cast<__half*>(dst));
+}
+
+void biasInit(const Exec& ex, float* y, int64_t ldy, int64_t rows, int n, const float* bias, float beta) {
+    const int64_t total = rows * n;
+    if (total <= 0) return;
+    launch("bias", ex, biasInitKernel, dim3(gridFor(ex, total, 256)), dim3(256), 0, y, ldy, rows, n, bias, beta);
+}
+
+}  // namespace mamba::cuda

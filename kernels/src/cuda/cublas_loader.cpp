@@ -1,0 +1,77 @@
+#include "cublas_loader.h"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <stdexcept>
+
+namespace mamba::cuda {
+namespace {
+
+const char* statusName(int s) {
+    switch (s) {
+        case 0: return "CUBLAS_STATUS_SUCCESS";
+        case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+        case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+        case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+        case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+        case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+        case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+        default: return nullptr;
+    }
+}
+
+template <typename F>
+void bind(void* lib, const std::string& file, const char* symbol, F*& fn) {
+    fn = reinterpret_cast<F*>(dlsym(lib, symbol));
+    if (!fn) throw std::runtime_error("cuBLAS: " + file + " has no symbol " + symbol);
+}
+
+CublasApi load() {
+    CublasApi api{};
+    void* lib = nullptr;
+    std::string errors;
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12"}) {
+        lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+        if (lib) {
+            api.library = name;
+            break;
+        }
+        const char* e = dlerror();
+        errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
+    }
+    if (!lib)
+        throw std::runtime_error("the CUDA backend needs cuBLAS 12 or 13 (libcublas.so.13 or libcublas.so.12 on the "
+                                 "loader path) and found neither: " + errors);
+    bind(lib, api.library, "cublasCreate_v2", api.create);
+    bind(lib, api.library, "cublasDestroy_v2", api.destroy);
+    bind(lib, api.library, "cublasSetStream_v2", api.setStream);
+    bind(lib, api.library, "cublasSetMathMode", api.setMathMode);
+    bind(lib, api.library, "cublasSetWorkspace_v2", api.setWorkspace);
+    bind(lib, api.library, "cublasSgemm_v2", api.sgemm);
+    bind(lib, api.library, "cublasGemmEx", api.gemmEx);
+    api.statusString = reinterpret_cast<const char* (*)(int)>(dlsym(lib, "cublasGetStatusString"));
+    return api;  // the library stays loaded for the life of the process
+}
+
+}  // namespace
+
+const CublasApi& cublas() {
+    static CublasApi api;
+    static std::once_flag once;
+    std::call_once(once, [] { api = load(); });  // a throw leaves the flag unset: the next call retries
+    return api;
+}
+
+void checkCublas(int status, const char* what) {
+    if (status == kCublasSuccess) return;
+    const char* name = statusName(status);
+    std::string s = name ? name : "cuBLAS status " + std::to_string(status);
+    if (!name && cublas().statusString) s += std::string(" (") + cublas().statusString(status) + ")";
+    throw std::runtime_error(std::string(what) + " failed: " + s);
+}
+
+}  // namespace mamba::cuda

@@ -1,0 +1,86 @@
+// The CUDA backend: one instance per device (cudaBackend(ordinal)), owning a stream, a cuBLAS handle bound
+// to it with a fixed workspace, and the scratch buffers of the stages. Every call is serialised by a
+// per-device lock, held by the capturing thread from beginCapture() to endCapture() so that no other
+// thread's work can slip into a graph.
+#pragma once
+
+#include "../common/backend.h"
+#include "cublas_loader.h"
+#include "kernels.h"
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace mamba::cuda {
+
+class CudaBackend final : public Backend {
+public:
+    explicit CudaBackend(int ordinal);
+    ~CudaBackend() override;
+    CudaBackend(const CudaBackend&) = delete;
+    CudaBackend& operator=(const CudaBackend&) = delete;
+
+    bool isHost() const override { return false; }
+    float* alloc(int64_t n) override;
+    void release(float* p) noexcept override;
+    void upload(float* dst, const float* host, int64_t n) override;
+    void download(float* host, const float* src, int64_t n) override;
+    void copy(float* dst, const float* src, int64_t n) override;
+    void zero(float* p, int64_t n) override;
+
+    void linear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y, int64_t ldy,
+                float beta) override;
+    void rmsnorm(const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
+                 int64_t ldy) override;
+    void negExp(const float* a_log, float* a, int64_t n) override;
+    void convSilu(const ConvArgs& args) override;
+    void selectiveScan(const ScanArgs& args) override;
+    void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) override;
+
+    bool supportsGraphs() const override { return true; }
+    void beginCapture() override;
+    void* endCapture() override;
+    void replay(void* graph) override;
+    void destroyGraph(void* graph) noexcept override;
+    void synchronize() override;
+
+    // ---- for the kernel tests and benchmarks ----
+    int ordinal() const { return ordinal_; }
+    cudaStream_t stream() const { return stream_; }
+    int multiprocessors() const { return exec_.sms; }
+    /** Forces the scan algorithm (Auto by default) and, for the chunked one, the chunk length (0: planned). */
+    void setScanAlgo(ScanAlgo algo, int chunk = 0);
+    /** Turns programmatic dependent launch on or off (on by default on Hopper; env MAMBA_CUDA_PDL=0 disables). */
+    void setPdl(bool on);
+    bool pdl() const { return pdl_; }
+
+private:
+    void enter();      // makes our device current for this thread
+    Exec nextExec();   // the launch settings for the next stage
+    void setMath(int mode);
+    void freeNow(void* p) noexcept;
+    void releaseRetired() noexcept;
+
+    std::recursive_mutex mu_;
+    const int ordinal_;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle blas_ = nullptr;
+    void* blas_ws_ = nullptr;
+    void* lowp_ws_ = nullptr;   // activations packed to bf16/f16 for cublasGemmEx
+    size_t lowp_ws_bytes_ = 0;
+    float* scan_ws_ = nullptr;  // chunk states of the chunked scan, grown outside captures
+    int64_t scan_ws_floats_ = 0;
+    Exec exec_;
+    bool pdl_ = false;
+    bool serialize_next_ = true;  // the next stage must not overlap its predecessor (weights just changed)
+    int math_mode_ = -1;
+    ScanAlgo scan_algo_ = ScanAlgo::Auto;
+    int scan_chunk_ = 0;
+    bool capturing_ = false;
+    std::vector<void*> deferred_;  // frees asked for during a capture
+    std::vector<void*> retired_;   // old scratch that a live graph may still point at
+    int live_graphs_ = 0;
+};
+
+}  // namespace mamba::cuda

@@ -1,0 +1,76 @@
+// Error checking and kernel-launch plumbing shared by every CUDA source of libmamba.
+// Every CUDA call goes through check(); messages name the call that failed and the runtime's words.
+#pragma once
+
+#include "../common/errors.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace mamba::cuda {
+
+/** Throws for a failed CUDA call: OutOfMemoryError for allocation failures, std::runtime_error otherwise. */
+[[noreturn]] inline void throwCuda(cudaError_t e, const std::string& what) {
+    cudaGetLastError();  // clear a non-sticky error so the next call starts clean
+    const std::string msg = what + " failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+    if (e == cudaErrorMemoryAllocation) throw OutOfMemoryError(msg);
+    throw std::runtime_error(msg);
+}
+
+inline void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throwCuda(e, what);
+}
+
+/** Where and how a stage runs: the backend's stream, whether kernels may overlap their predecessor's tail. */
+struct Exec {
+    cudaStream_t stream = nullptr;
+    bool pdl = false;     // programmatic dependent launch (Hopper+): see docs/cuda-backend.md
+    int sms = 132;        // multiprocessors of the device
+};
+
+/**
+ * Launches `kernel` on exec.stream, with programmatic stream serialisation when exec.pdl is set:
+ * the kernel may then start while its predecessor drains, and must call pdlWait() before it touches
+ * anything the predecessor writes (or writes anything the predecessor reads).
+ */
+template <typename... Params, typename... Args>
+void launch(const char* name, const Exec& exec, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+            Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = exec.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = exec.pdl ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
+    if (e != cudaSuccess) throwCuda(e, std::string("CUDA kernel launch (") + name + ")");
+}
+
+inline unsigned blocksFor(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+#ifdef __CUDACC__
+/** Waits until the preceding kernel in the stream has finished and its writes are visible (PDL). */
+__device__ __forceinline__ void pdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+/** Lets the next kernel in the stream be scheduled now (it still waits for us in its pdlWait()). */
+__device__ __forceinline__ void pdlLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ float siluf(float x) { return x / (1.0f + expf(-x)); }
+/** softplus with PyTorch's threshold: x above 20, else log(1 + e^x). */
+__device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+#endif
+
+}  // namespace mamba::cuda

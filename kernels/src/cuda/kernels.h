@@ -1,0 +1,59 @@
+// Host-side launchers of the CUDA stages. Each lives in the .cu file named after its concept; the
+// backend (cuda_backend.cu) and the kernel test program call only these.
+#pragma once
+
+#include "../common/backend.h"
+#include "mamba/mamba.h"
+#include "cuda_check.h"
+
+#include <cstdint>
+
+namespace mamba::cuda {
+
+// ---- rmsnorm.cu ----
+/** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps): one block per row. */
+void rmsnorm(const Exec& ex, const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
+             int64_t ldy);
+
+// ---- convert.cu ----
+/** out = -exp(in). */
+void negExp(const Exec& ex, const float* in, float* out, int64_t n);
+/** n f32 → bf16 (dtype DTYPE_BF16) or f16 (DTYPE_F16), round to nearest even. */
+void toLowp(const Exec& ex, const float* src, void* dst, int64_t n, int dtype);
+/** Packs rows of x (stride ldx) into dst [rows, cols] in bf16/f16: the activations of a low-precision GEMM. */
+void rowsToLowp(const Exec& ex, const float* x, int64_t ldx, int64_t rows, int cols, void* dst, int dtype);
+/** y[r, 0:n] = beta·y[r, 0:n] + bias (beta == 0 ignores y, NaNs included). */
+void biasInit(const Exec& ex, float* y, int64_t ldy, int64_t rows, int n, const float* bias, float beta);
+
+// ---- gemv.cu ----
+/** Rows up to which linear() uses our matrix-vector kernel rather than cuBLAS. */
+constexpr int kGemvMaxRows = 8;
+/**
+ * y[r, 0:out] = beta·y[r] + x[r]·Wᵀ (+ bias) for r < rows ≤ kGemvMaxRows, W [out, in] row-major stored as
+ * f32 (wdtype DTYPE_F32/TF32), bf16 or f16; f32 accumulation. Rows are computed independently with the
+ * same arithmetic whatever `rows` is, so a batch row equals the same row run alone, bit for bit.
+ */
+void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
+          const float* bias, float* y, int64_t ldy, float beta);
+/** Threads that cooperate on one output of a gemv of this shape (exposed for the tests and notes). */
+int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised);
+
+// ---- conv_silu.cu ----
+void convSilu(const Exec& ex, const ConvArgs& c);
+
+// ---- selective_scan.cu ----
+enum class ScanAlgo { Auto, Sequential, Chunked };
+/** Steps from which Auto picks the chunked scan (when the sequential one would leave the GPU idle). */
+constexpr int kScanChunkedMinSteps = 256;
+/** The plan of a scan: which algorithm and, for the chunked one, chunk length and workspace. */
+struct ScanPlan {
+    bool chunked = false;
+    int chunk = 0;       // steps per chunk
+    int chunks = 1;
+    int64_t workspace_floats = 0;
+};
+ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override = 0);
+/** Runs the scan; the chunked plan needs plan.workspace_floats floats at ws. */
+void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws);
+
+}  // namespace mamba::cuda
