@@ -41,6 +41,10 @@ struct MAMBA_API ModelConfig {
     float dt_min = 0.001f;
     float dt_max = 0.1f;
     float dt_init_floor = 1e-4f;
+    /** > 0 makes a language model: token embedding [vocab, d_model] in, logits [vocab] out (input_dim must be 0). */
+    int32_t vocab_size = 0;
+    /** LM head shares the embedding matrix (HF tie_word_embeddings); otherwise lm_head.weight [vocab, d_model]. */
+    bool tie_embeddings = true;
 };
 
 /** Throws std::invalid_argument naming the first field out of range and its limit. */
@@ -154,6 +158,17 @@ public:
      * With state == nullptr it starts from zeros and keeps no state; otherwise it carries it.
      */
     void forward(State* state, const float* x, int64_t xLength, int B, int T, float* y, int64_t yLength);
+
+    // ---- language models (vocab_size > 0): token ids in, logits over the vocabulary out ----
+
+    int vocabSize() const;
+    /** One decode step: ids [B] → logits [B, vocab]. */
+    void stepTokens(State& state, const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength);
+    /** A prompt of T tokens per row, ids [B, T], state carried; logits of the last position [B, vocab]. */
+    void prefillTokens(State& state, const int32_t* ids, int64_t idsLength, int T, float* logits, int64_t logitsLength);
+    /** Every position's logits [B, T, vocab]; state nullptr = start from zeros and keep nothing. */
+    void forwardTokens(State* state, const int32_t* ids, int64_t idsLength, int B, int T, float* logits,
+                       int64_t logitsLength);
 
     ModelImpl* impl() const { return impl_; }
 

@@ -52,22 +52,34 @@ void ModelImpl::dropGraphs() noexcept {
     step_graphs_.clear();
 }
 
+void ModelImpl::launch(float* st, Input staged, int B, int T, float* out, bool allPositions, const Weights& w) {
+    if (staged.ids)
+        mamba1.runTokens(be, w, st, staged.ids, B, T, out, allPositions);
+    else
+        mamba1.run(be, w, st, staged.x, B, T, out, allPositions);
+}
+
 // A decode step replayed from a captured graph: staging and workspace pointers are fixed at capture,
 // so anything that moves them drops the graphs first. Host copies stay outside the graph.
-void ModelImpl::runGraphStep(StateImpl& s, const float* x, float* y) {
+void ModelImpl::runGraphStep(StateImpl& s, Input in, float* out) {
     const int B = s.batch;
+    const int64_t inN = in.ids ? B : static_cast<int64_t>(B) * dims.in_width;
+    const int64_t outN = static_cast<int64_t>(B) * (in.ids ? dims.vocab : dims.d_model);
     bool moved = mamba1.reserve(be, B);
-    moved |= x_stage.ensure(be, static_cast<int64_t>(B) * dims.in_width);
-    moved |= y_stage.ensure(be, static_cast<int64_t>(B) * dims.d_model);
+    moved |= x_stage.ensure(be, inN);
+    moved |= y_stage.ensure(be, outN);
     if (moved) dropGraphs();
     const Weights w = weights();
-    be.upload(x_stage.data(), x, static_cast<int64_t>(B) * dims.in_width);
-    const auto key = std::make_pair(static_cast<const float*>(s.data.data()), B);
+    be.upload(x_stage.data(), in.ids ? reinterpret_cast<const float*>(in.ids) : in.x, inN);
+    const Input staged = in.ids ? Input{nullptr, reinterpret_cast<const int32_t*>(x_stage.data())}
+                                : Input{x_stage.data(), nullptr};
+    // Tokens and features capture different launches: the key tells them apart by the batch's sign.
+    const auto key = std::make_pair(static_cast<const float*>(s.data.data()), in.ids ? -B : B);
     auto it = step_graphs_.find(key);
     if (it == step_graphs_.end()) {
         be.beginCapture();
         try {
-            mamba1.run(be, w, s.data.data(), x_stage.data(), B, 1, y_stage.data(), false);
+            launch(s.data.data(), staged, B, 1, y_stage.data(), false, w);
         } catch (...) {
             be.destroyGraph(be.endCapture());
             throw;
@@ -75,7 +87,7 @@ void ModelImpl::runGraphStep(StateImpl& s, const float* x, float* y) {
         it = step_graphs_.emplace(key, be.endCapture()).first;
     }
     be.replay(it->second);
-    be.download(y, y_stage.data(), static_cast<int64_t>(B) * dims.d_model);
+    be.download(out, y_stage.data(), outN);
 }
 
 void ModelImpl::checkState(const StateImpl& s) const {
@@ -85,7 +97,7 @@ void ModelImpl::checkState(const StateImpl& s) const {
             "the state was made for a model of another shape");
 }
 
-void ModelImpl::run(StateImpl* state, const float* x, int B, int T, float* y, bool allPositions) {
+void ModelImpl::run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions) {
     float* st;
     if (state) {
         st = state->data.data();
@@ -94,21 +106,30 @@ void ModelImpl::run(StateImpl* state, const float* x, int B, int T, float* y, bo
         be.zero(scratch_state.data(), dims.row_state * B);
         st = scratch_state.data();
     }
-    const int64_t xn = static_cast<int64_t>(B) * T * dims.in_width;
-    const int64_t yn = static_cast<int64_t>(B) * (allPositions ? T : 1) * dims.d_model;
+    if (in.ids) {  // ids index the embedding: checked here, the kernels trust them
+        require(dims.vocab > 0, "this model has no vocabulary: pass float inputs");
+        for (int64_t i = 0; i < static_cast<int64_t>(B) * T; ++i)
+            if (in.ids[i] < 0 || in.ids[i] >= dims.vocab)
+                fail("token id " + std::to_string(in.ids[i]) + " at position " + std::to_string(i) +
+                     " is out of range [0, " + std::to_string(dims.vocab) + ")");
+    }
+    const int64_t inN = static_cast<int64_t>(B) * T * (in.ids ? 1 : dims.in_width);
+    const int64_t outN = static_cast<int64_t>(B) * (allPositions ? T : 1) * (in.ids ? dims.vocab : dims.d_model);
     if (be.isHost()) {
-        mamba1.run(be, weights(), st, x, B, T, y, allPositions);
+        launch(st, in, B, T, out, allPositions, weights());
         return;
     }
     if (graphs && state && T == 1 && !allPositions) {
-        runGraphStep(*state, x, y);
+        runGraphStep(*state, in, out);
         return;
     }
-    if (mamba1.reserve(be, static_cast<int64_t>(B) * T) | x_stage.ensure(be, xn) | y_stage.ensure(be, yn)) dropGraphs();
+    if (mamba1.reserve(be, static_cast<int64_t>(B) * T) | x_stage.ensure(be, inN) | y_stage.ensure(be, outN)) dropGraphs();
     const Weights w = weights();
-    be.upload(x_stage.data(), x, xn);
-    mamba1.run(be, w, st, x_stage.data(), B, T, y_stage.data(), allPositions);
-    be.download(y, y_stage.data(), yn);
+    be.upload(x_stage.data(), in.ids ? reinterpret_cast<const float*>(in.ids) : in.x, inN);
+    const Input staged = in.ids ? Input{nullptr, reinterpret_cast<const int32_t*>(x_stage.data())}
+                                : Input{x_stage.data(), nullptr};
+    launch(st, staged, B, T, y_stage.data(), allPositions, w);
+    be.download(out, y_stage.data(), outN);
 }
 
 // ---- Model ----
@@ -192,6 +213,39 @@ void Model::forward(State* state, const float* x, int64_t xLength, int B, int T,
     requireLength("input", xLength, static_cast<int64_t>(B) * T * impl_->dims.in_width);
     requireLength("output", yLength, static_cast<int64_t>(B) * T * impl_->dims.d_model);
     impl_->run(state ? state->impl() : nullptr, x, B, T, y, true);
+}
+
+int Model::vocabSize() const { return impl_->dims.vocab; }
+
+void Model::stepTokens(State& state, const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength) {
+    prefillTokens(state, ids, idsLength, 1, logits, logitsLength);
+}
+
+void Model::prefillTokens(State& state, const int32_t* ids, int64_t idsLength, int T, float* logits,
+                          int64_t logitsLength) {
+    StateImpl& s = *state.impl();
+    impl_->checkState(s);
+    require(impl_->dims.vocab > 0, "this model has no vocabulary (vocab_size = 0)");
+    require(T >= 1, "sequence length T = " + std::to_string(T) + " must be >= 1");
+    require(ids != nullptr && logits != nullptr, "ids or logits is null");
+    requireLength("ids", idsLength, static_cast<int64_t>(s.batch) * T);
+    requireLength("logits", logitsLength, static_cast<int64_t>(s.batch) * impl_->dims.vocab);
+    impl_->runTokens(&s, ids, s.batch, T, logits, false);
+}
+
+void Model::forwardTokens(State* state, const int32_t* ids, int64_t idsLength, int B, int T, float* logits,
+                          int64_t logitsLength) {
+    require(impl_->dims.vocab > 0, "this model has no vocabulary (vocab_size = 0)");
+    require(B >= 1 && T >= 1, "batch and sequence length must be >= 1");
+    if (state) {
+        impl_->checkState(*state->impl());
+        require(state->impl()->batch == B, "the state holds " + std::to_string(state->impl()->batch) +
+                                               " rows but B = " + std::to_string(B));
+    }
+    require(ids != nullptr && logits != nullptr, "ids or logits is null");
+    requireLength("ids", idsLength, static_cast<int64_t>(B) * T);
+    requireLength("logits", logitsLength, static_cast<int64_t>(B) * T * impl_->dims.vocab);
+    impl_->runTokens(state ? state->impl() : nullptr, ids, B, T, logits, true);
 }
 
 // ---- State ----

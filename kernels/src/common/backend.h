@@ -113,6 +113,8 @@ public:
     /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps). */
     virtual void rmsnorm(const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps,
                          float* y, int64_t ldy) = 0;
+    /** out[r, :] = table[ids[r], :] for r < rows (ids are device ints, already range-checked). */
+    virtual void embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) = 0;
     /** a = -exp(a_log). */
     virtual void negExp(const float* a_log, float* a, int64_t n) = 0;
     virtual void convSilu(const ConvArgs& args) = 0;

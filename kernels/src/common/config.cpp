@@ -27,6 +27,9 @@ void validateConfig(const ModelConfig& c) {
     requireRange("layers", c.n_layers, 1, 1024);
     requireRange("inputDim", c.input_dim, 0, 1 << 20);
     requireRange("dtRank", c.dt_rank, 0, 65536);
+    requireRange("vocabSize", c.vocab_size, 0, 10000000);
+    if (c.vocab_size > 0 && c.input_dim > 0)
+        fail("inputDim = " + std::to_string(c.input_dim) + " must be 0 for a language model (vocabSize > 0): tokens are embedded");
     if (static_cast<int64_t>(c.expand) * c.d_model > 65536)
         fail("dInner = expand * dModel = " + std::to_string(static_cast<int64_t>(c.expand) * c.d_model) +
              " is out of range: must be <= 65536");
@@ -50,6 +53,8 @@ Dims Dims::of(const ModelConfig& c) {
     d.n_layers = c.n_layers;
     d.input_dim = c.input_dim;
     d.in_width = c.input_dim > 0 ? c.input_dim : c.d_model;
+    d.vocab = c.vocab_size;
+    d.tie_embeddings = c.tie_embeddings;
     d.eps = c.norm_eps;
     d.conv_state = static_cast<int64_t>(d.d_inner) * (d.d_conv - 1);
     d.ssm_state = static_cast<int64_t>(d.d_inner) * d.d_state;

@@ -28,6 +28,13 @@ void fillUniform(Rng& rng, float* p, int64_t n, double bound) {
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng.uniform(-bound, bound));
 }
 
+void fillNormal(Rng& rng, float* p, int64_t n, double stddev) {  // Box–Muller
+    for (int64_t i = 0; i < n; ++i) {
+        const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+        p[i] = static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+    }
+}
+
 }  // namespace
 
 void initMamba1(const ModelConfig& cfg, const Dims& d, const ParamTable& table, int64_t seed, float* host) {
@@ -73,6 +80,14 @@ void initMamba1(const ModelConfig& cfg, const Dims& d, const ParamTable& table, 
                     1.0 / std::sqrt(static_cast<double>(d.d_inner)) / std::sqrt(static_cast<double>(d.n_layers)));
     }
     fill(table.norm_f, 1.f);
+    if (table.embedding >= 0) {  // mixer_seq_simple._init_weights: N(0, 0.02)
+        Rng r = stream(table.embedding);
+        fillNormal(r, ptr(table.embedding), size(table.embedding), 0.02);
+    }
+    if (table.lm_head >= 0 && table.lm_head != table.embedding) {
+        Rng r = stream(table.lm_head);
+        fillUniform(r, ptr(table.lm_head), size(table.lm_head), 1.0 / std::sqrt(static_cast<double>(d.d_model)));
+    }
 }
 
 }  // namespace mamba

@@ -22,18 +22,32 @@ bool Mamba1Model::reserve(Backend& be, int64_t R) {
 
 void Mamba1Model::run(Backend& be, const Weights& w, float* state, const float* x, int B, int T, float* y,
                       bool allPositions) {
-    const Dims& d = dims_;
     const int64_t R = static_cast<int64_t>(B) * T;  // rows of every stage, batch-major: r = b*T + t
-    const int E = d.d_inner;
     reserve(be, R);
-    float* resid = resid_.data();
-    const float* a = w.neg_a;
-
     // Residual stream h0: the input projection, or the input itself.
     if (table_.input_w >= 0)
-        be.linear(x, d.input_dim, R, matrix(w, table_.input_w), at(w, table_.input_b), resid, d.d_model, 0.f);
+        be.linear(x, dims_.input_dim, R, matrix(w, table_.input_w), at(w, table_.input_b), resid_.data(), dims_.d_model, 0.f);
     else
-        be.copy(resid, x, R * d.d_model);
+        be.copy(resid_.data(), x, R * dims_.d_model);
+    blocksAndNorm(be, w, state, B, T, y, allPositions);
+}
+
+void Mamba1Model::runTokens(Backend& be, const Weights& w, float* state, const int32_t* ids, int B, int T,
+                            float* logits, bool allPositions) {
+    const int64_t R = static_cast<int64_t>(B) * T;
+    reserve(be, R);
+    be.embed(at(w, table_.embedding), ids, R, dims_.d_model, resid_.data());
+    blocksAndNorm(be, w, state, B, T, normed_.data(), allPositions);
+    const int64_t rows = allPositions ? R : B;
+    be.linear(normed_.data(), dims_.d_model, rows, matrix(w, table_.lm_head), nullptr, logits, dims_.vocab, 0.f);
+}
+
+void Mamba1Model::blocksAndNorm(Backend& be, const Weights& w, float* state, int B, int T, float* y, bool allPositions) {
+    const Dims& d = dims_;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    const int E = d.d_inner;
+    float* resid = resid_.data();
+    const float* a = w.neg_a;
 
     for (int i = 0; i < d.n_layers; ++i) {
         const LayerParams& L = table_.layers[i];

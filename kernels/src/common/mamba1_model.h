@@ -25,11 +25,17 @@ public:
      */
     void run(Backend& be, const Weights& w, float* state, const float* x, int B, int T, float* y, bool allPositions);
 
+    /** Language-model form: token ids [B, T] (device ints) in, logits [B, T or 1, vocab] out. */
+    void runTokens(Backend& be, const Weights& w, float* state, const int32_t* ids, int B, int T, float* logits,
+                   bool allPositions);
+
     /** Sizes the workspace for `rows` = B*T rows; returns true if any buffer moved (graphs must be re-captured). */
     bool reserve(Backend& be, int64_t rows);
 
 private:
     Matrix matrix(const Weights& w, int index) const;
+    /** The residual blocks over resid_ (already holding h0), then the final norm of the wanted rows into y. */
+    void blocksAndNorm(Backend& be, const Weights& w, float* state, int B, int T, float* y, bool allPositions);
     const float* at(const Weights& w, int index) const { return w.f32 + table_.params()[index].offset; }
 
     const Dims& dims_;

@@ -28,7 +28,13 @@ public:
     /** The weights as the kernels read them; refreshes derived copies (-exp(A_log), BF16/F16) after writes. */
     Weights weights();
     /** Runs the backbone on host input/output, staging through device memory when needed. */
-    void run(StateImpl* state, const float* x, int B, int T, float* y, bool allPositions);
+    void run(StateImpl* state, const float* x, int B, int T, float* y, bool allPositions) {
+        run(state, Input{x, nullptr}, B, T, y, allPositions);
+    }
+    /** Language-model form: token ids in, logits out. */
+    void runTokens(StateImpl* state, const int32_t* ids, int B, int T, float* logits, bool allPositions) {
+        run(state, Input{nullptr, ids}, B, T, logits, allPositions);
+    }
     void checkState(const StateImpl& s) const;
     void setGraphs(bool on);
 
@@ -46,7 +52,15 @@ public:
     bool graphs = false;
 
 private:
-    void runGraphStep(StateImpl& state, const float* x, float* y);
+    /** Host input: float features, or token ids (4 bytes each, staged through the same buffer). */
+    struct Input {
+        const float* x;
+        const int32_t* ids;
+    };
+    void run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions);
+    /** Launches the model on staged device input. */
+    void launch(float* state, Input staged, int B, int T, float* out, bool allPositions, const Weights& w);
+    void runGraphStep(StateImpl& state, Input in, float* out);
     void dropGraphs() noexcept;
     std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, batch) -> captured step
 };

@@ -3,6 +3,7 @@
 namespace mamba {
 
 ParamTable::ParamTable(const Dims& d) {
+    if (d.vocab > 0) embedding = add("backbone.embeddings.weight", {d.vocab, d.d_model}, true, false);
     if (d.input_dim > 0) {
         input_w = add("input_proj.weight", {d.d_model, d.input_dim}, true, false);
         input_b = add("input_proj.bias", {d.d_model}, false, true);
@@ -23,6 +24,7 @@ ParamTable::ParamTable(const Dims& d) {
         layers.push_back(l);
     }
     norm_f = add("backbone.norm_f.weight", {d.d_model}, false, true);
+    if (d.vocab > 0) lm_head = d.tie_embeddings ? embedding : add("lm_head.weight", {d.vocab, d.d_model}, true, false);
 }
 
 int ParamTable::add(const std::string& name, std::vector<int64_t> shape, bool matrix, bool no_decay) {

@@ -32,6 +32,7 @@ public:
     int indexOf(const std::string& name) const;
 
     int input_w = -1, input_b = -1;  // -1 without input projection
+    int embedding = -1, lm_head = -1;  // language models; lm_head == embedding when tied
     std::vector<LayerParams> layers;
     int norm_f = -1;
 

@@ -102,6 +102,11 @@ public:
         });
     }
 
+    void embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) override {
+        for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(out + r * d, table + static_cast<int64_t>(ids[r]) * d, static_cast<size_t>(d) * sizeof(float));
+    }
+
     void negExp(const float* a_log, float* a, int64_t n) override {
         for (int64_t i = 0; i < n; ++i) a[i] = -std::exp(a_log[i]);
     }

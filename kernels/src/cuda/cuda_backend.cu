@@ -243,6 +243,13 @@ void CudaBackend::rmsnorm(const float* x, int64_t ldx, const float* w, int64_t r
     cuda::rmsnorm(nextExec(), x, ldx, w, rows, d, eps, y, ldy);
 }
 
+void CudaBackend::embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    enter();
+    if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("embed: too many rows");
+    cuda::embed(nextExec(), table, ids, rows, d, out);
+}
+
 void CudaBackend::negExp(const float* a_log, float* a, int64_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();

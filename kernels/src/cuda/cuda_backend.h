@@ -33,6 +33,7 @@ public:
                 float beta) override;
     void rmsnorm(const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
                  int64_t ldy) override;
+    void embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) override;
     void negExp(const float* a_log, float* a, int64_t n) override;
     void convSilu(const ConvArgs& args) override;
     void selectiveScan(const ScanArgs& args) override;

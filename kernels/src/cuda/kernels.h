@@ -25,6 +25,10 @@ void rowsToLowp(const Exec& ex, const float* x, int64_t ldx, int64_t rows, int c
 /** y[r, 0:n] = beta·y[r, 0:n] + bias (beta == 0 ignores y, NaNs included). */
 void biasInit(const Exec& ex, float* y, int64_t ldy, int64_t rows, int n, const float* bias, float beta);
 
+// ---- embed.cu ----
+/** out[r, :] = table[ids[r], :] for r < rows; ids are device int32, already range-checked. */
+void embed(const Exec& ex, const float* table, const int32_t* ids, int64_t rows, int d, float* out);
+
 // ---- gemv.cu ----
 /** Rows up to which linear() uses our matrix-vector kernel rather than cuBLAS. */
 constexpr int kGemvMaxRows = 8;

@@ -34,6 +34,8 @@ final class Checkpoints {
         meta.put("format_version", FORMAT_VERSION);
         meta.put("arch", ARCH_MAMBA1);
         meta.put("input_dim", Integer.toString(model.inputDim()));
+        meta.put("vocab_size", Integer.toString(model.vocabSize()));
+        meta.put("tie_embeddings", Boolean.toString(model.tieEmbeddings()));
         try {
             meta.put("config", JSON.writeValueAsString(model.config().toMap()));
         } catch (Exception e) {
@@ -48,7 +50,8 @@ final class Checkpoints {
     static MambaModel load(Path file, Device device, DType dtype) {
         try (SafeTensorsFile f = SafeTensorsFile.open(file)) {
             Header h = header(f);
-            MambaModel model = MambaModel.builder(h.config).inputDim(h.inputDim).device(device).dtype(dtype).build();
+            MambaModel model = MambaModel.builder(h.config).inputDim(h.inputDim).vocabSize(h.vocabSize)
+                    .tieEmbeddings(h.tie).device(device).dtype(dtype).build();
             try {
                 copyWeights(f, model, readAll(f, model));
                 return model;
@@ -62,14 +65,15 @@ final class Checkpoints {
     static void loadInto(MambaModel model, Path file) {
         try (SafeTensorsFile f = SafeTensorsFile.open(file)) {
             Header h = header(f);
-            if (!h.config.equals(model.config()) || h.inputDim != model.inputDim())
+            if (!h.config.equals(model.config()) || h.inputDim != model.inputDim() || h.vocabSize != model.vocabSize()
+                    || h.tie != model.tieEmbeddings())
                 throw new CheckpointException(file + " holds a model of another shape: " + h.config + ", inputDim="
                         + h.inputDim + "; this model is " + model.config() + ", inputDim=" + model.inputDim());
             copyWeights(f, model, readAll(f, model));
         }
     }
 
-    private record Header(Mamba1Config config, int inputDim) {}
+    private record Header(Mamba1Config config, int inputDim, int vocabSize, boolean tie) {}
 
     private static Header header(SafeTensorsFile f) {
         Map<String, String> meta = f.metadata();
@@ -92,7 +96,11 @@ final class Checkpoints {
                     .dtInitFloor(numField(c, "dt_init_floor", where)).build();
             int inputDim = Integer.parseInt(meta.getOrDefault("input_dim", "x"));
             if (inputDim < 0) throw new CheckpointException(where + ": input_dim = " + inputDim + " is negative");
-            return new Header(config, inputDim);
+            int vocab = Integer.parseInt(meta.getOrDefault("vocab_size", "0"));
+            if (vocab < 0 || vocab > 10_000_000) throw new CheckpointException(where + ": vocab_size = " + vocab + " is out of range");
+            String tie = meta.getOrDefault("tie_embeddings", "true");
+            if (!tie.equals("true") && !tie.equals("false")) throw new CheckpointException(where + ": tie_embeddings = " + tie);
+            return new Header(config, inputDim, vocab, Boolean.parseBoolean(tie));
         } catch (InvalidConfigException | NumberFormatException e) {
             throw new CheckpointException(where + ": bad configuration in metadata: " + e.getMessage(), e);
         } catch (CheckpointException e) {

@@ -61,7 +61,12 @@ public final class Mamba1Config {
 
     /** The native struct for this configuration with the given input width (0 = no input projection). */
     ModelConfig toNative(int inputDim) {
-        return new ModelConfig().arch(1).d_model(dModel).d_state(dState).d_conv(dConv).expand(expand)
+        return toNative(inputDim, 0, true);
+    }
+
+    /** The native struct of a language model (vocabSize > 0) or a float-input backbone (vocabSize = 0). */
+    ModelConfig toNative(int inputDim, int vocabSize, boolean tieEmbeddings) {
+        return new ModelConfig().arch(1).vocab_size(vocabSize).tie_embeddings(tieEmbeddings).d_model(dModel).d_state(dState).d_conv(dConv).expand(expand)
                 .dt_rank(dtRank).n_layers(layers).input_dim(inputDim).norm_eps(normEps).dt_min(dtMin)
                 .dt_max(dtMax).dt_init_floor(dtInitFloor);
     }

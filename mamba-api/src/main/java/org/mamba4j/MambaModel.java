@@ -31,19 +31,24 @@ import org.mamba4j.nativ.ModelConfig;
 public final class MambaModel implements AutoCloseable {
     private final Mamba1Config config;
     private final int inputDim;
+    private final int vocabSize;
+    private final boolean tieEmbeddings;
     private final Device device;
     private final DType dtype;
     private final Model peer;
     private final List<String> names;
     private volatile boolean closed;
 
-    private MambaModel(Mamba1Config config, int inputDim, Device device, DType dtype, long seed) {
+    private MambaModel(Mamba1Config config, int inputDim, int vocabSize, boolean tieEmbeddings, Device device, DType dtype,
+                       long seed) {
         Native.load();
         this.config = config;
         this.inputDim = inputDim;
+        this.vocabSize = vocabSize;
+        this.tieEmbeddings = tieEmbeddings;
         this.device = device;
         this.dtype = dtype;
-        try (ModelConfig c = config.toNative(inputDim)) {
+        try (ModelConfig c = config.toNative(inputDim, vocabSize, tieEmbeddings)) {
             this.peer = new Model(c, device.code(), dtype.code, seed);
         } catch (RuntimeException e) {
             throw Native.translate(e);
@@ -75,6 +80,10 @@ public final class MambaModel implements AutoCloseable {
     public int inputWidth() { return inputDim > 0 ? inputDim : config.dModel(); }
     /** Floats per output position ({@code dModel}). */
     public int outputWidth() { return config.dModel(); }
+    /** Vocabulary size of a language model (token embedding in, logits out), or 0 for a float-input backbone. */
+    public int vocabSize() { return vocabSize; }
+    /** Whether the LM head reuses the embedding matrix. */
+    public boolean tieEmbeddings() { return tieEmbeddings; }
     public Device device() { return device; }
     public DType dtype() { return dtype; }
 
@@ -218,6 +227,70 @@ public final class MambaModel implements AutoCloseable {
         return y;
     }
 
+    // ---- language models: token ids in, logits out ----
+
+    /** One decode step of a language model: ids [B] → logits [B · vocab] (written into {@code logits}). */
+    public void stepTokens(MambaState state, int[] ids, float[] logits) {
+        checkState(state);
+        requireVocab();
+        Checks.length("ids", ids.length, state.batch());
+        Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** A prompt of {@code steps} tokens per row, ids [B, T], state carried; last position's logits [B · vocab]. */
+    public void prefillTokens(MambaState state, int[] ids, int steps, float[] logits) {
+        checkState(state);
+        requireVocab();
+        Checks.positive("steps", steps);
+        Checks.length("ids", ids.length, (long) state.batch() * steps);
+        Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Every position's logits [B, T, vocab] from a zero state (state null) or carrying a state of B rows. */
+    public float[] forwardTokens(MambaState state, int[] ids, int batch, int steps) {
+        requireVocab();
+        Checks.positive("batch", batch);
+        Checks.positive("steps", steps);
+        if (state != null) {
+            checkState(state);
+            if (state.batch() != batch)
+                throw new IllegalArgumentException("the state holds " + state.batch() + " rows but batch = " + batch);
+        }
+        Checks.length("ids", ids.length, (long) batch * steps);
+        long n = (long) batch * steps * vocabSize;
+        if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("logits of " + n + " floats do not fit a Java array");
+        float[] logits = new float[(int) n];
+        synchronized (this) {
+            checkOpen();
+            try {
+                peer.forwardTokens(state == null ? null : state.peer(), ids, ids.length, batch, steps, logits, logits.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+        return logits;
+    }
+
+    private void requireVocab() {
+        if (vocabSize == 0) throw new IllegalStateException("this model has no vocabulary: build it with vocabSize(...)");
+    }
+
     // ---- parameters ----
 
     /** Parameter names in HuggingFace convention, e.g. {@code backbone.layers.0.mixer.in_proj.weight}. */
@@ -294,7 +367,8 @@ public final class MambaModel implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "MambaModel{" + config + ", inputDim=" + inputDim + ", " + device + ", " + dtype + "}";
+        return "MambaModel{" + config + ", inputDim=" + inputDim + (vocabSize > 0 ? ", vocab=" + vocabSize : "") + ", "
+                + device + ", " + dtype + "}";
     }
 
     // ---- internals ----
@@ -329,6 +403,8 @@ public final class MambaModel implements AutoCloseable {
         private Device device = Device.cpu();
         private DType dtype = DType.F32;
         private long seed = 0;
+        private int vocabSize = 0;
+        private boolean tieEmbeddings = true;
 
         private Builder(Mamba1Config config) {
             this.config = Objects.requireNonNull(config, "config");
@@ -338,6 +414,22 @@ public final class MambaModel implements AutoCloseable {
         public Builder inputDim(int inputDim) {
             if (inputDim < 0) throw new InvalidConfigException("inputDim = " + inputDim + " must be >= 0");
             this.inputDim = inputDim;
+            return this;
+        }
+
+        /**
+         * Makes a language model: token embedding [vocab, dModel] in, logits over the vocabulary out
+         * (HF names backbone.embeddings.weight and, untied, lm_head.weight). 0 (default) = float inputs.
+         */
+        public Builder vocabSize(int vocabSize) {
+            if (vocabSize < 0) throw new InvalidConfigException("vocabSize = " + vocabSize + " must be >= 0");
+            this.vocabSize = vocabSize;
+            return this;
+        }
+
+        /** Whether the LM head reuses the embedding matrix (default true, as HF tie_word_embeddings). */
+        public Builder tieEmbeddings(boolean tie) {
+            this.tieEmbeddings = tie;
             return this;
         }
 
@@ -363,7 +455,9 @@ public final class MambaModel implements AutoCloseable {
         public MambaModel build() {
             if (device.isCpu() && dtype != DType.F32)
                 throw new InvalidConfigException("dtype = " + dtype + " needs a CUDA device; the CPU stores F32 weights");
-            return new MambaModel(config, inputDim, device, dtype, seed);
+            if (vocabSize > 0 && inputDim > 0)
+                throw new InvalidConfigException("inputDim = " + inputDim + " must be 0 for a language model (vocabSize > 0)");
+            return new MambaModel(config, inputDim, vocabSize, tieEmbeddings, device, dtype, seed);
         }
     }
 }

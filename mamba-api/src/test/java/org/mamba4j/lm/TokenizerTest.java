@@ -47,7 +47,7 @@ class TokenizerTest {
                 + " \"rstrip\": false, \"normalized\": false, \"special\": true}";
     }
 
-    private static final String GPT_NEOX_LIKE =
+    static final String GPT_NEOX_LIKE =
             tokenizerJson("[" + added(0, "<|endoftext|>") + ", " + added(1, "<|padding|>") + "]");
 
     @TempDir

@@ -1,0 +1,768 @@
+// Checks every stage of the CUDA backend against plain double-precision C++ on fresh random inputs
+// (outputs poisoned with NaN before each call), then times the kernels with CUDA events against their
+// HBM floor. Exit status 1 when any check fails.
+//
+//   kernel_test [--seed N] [--no-timing] [--lmhead FILE]
+//
+// --lmhead FILE writes the B=1 LM-head matvec times (50280 × d_model, F32 and BF16) for the Java
+// decode benchmark, which has no LM head in its API to time.
+#include "common/backend.h"
+#include "common/devices.h"
+#include "common/errors.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
+#include "mamba/mamba.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace mamba;
+using mamba::cuda::CudaBackend;
+using mamba::cuda::ScanAlgo;
+
+namespace {
+
+constexpr double kHbmBytesPerSec = 4.26e12;  // measured device-to-device copy rate of the H200 here
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::mt19937_64 rng;
+CudaBackend* be = nullptr;
+int failures = 0;
+
+// ---------------- helpers ----------------
+
+/** Uniform floats in [lo, hi): SplitMix64 seeded from the run's generator (fast enough for GB of weights). */
+std::vector<float> randv(size_t n, double lo, double hi) {
+    uint64_t s = rng();
+    std::vector<float> v(n);
+    for (auto& x : v) {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        x = static_cast<float>(lo + (hi - lo) * (static_cast<double>(z >> 11) * 0x1.0p-53));
+    }
+    return v;
+}
+
+struct Dev {  // a device buffer through the backend under test
+    float* p = nullptr;
+    int64_t n = 0;
+    Dev() = default;
+    explicit Dev(int64_t n_) : p(be->alloc(n_)), n(n_) {}
+    explicit Dev(const std::vector<float>& h) : Dev(static_cast<int64_t>(h.size())) { put(h); }
+    ~Dev() { if (p) be->release(p); }
+    Dev(const Dev&) = delete;
+    Dev& operator=(const Dev&) = delete;
+    Dev(Dev&& o) noexcept : p(o.p), n(o.n) { o.p = nullptr; }
+    Dev& operator=(Dev&& o) noexcept {
+        std::swap(p, o.p);
+        std::swap(n, o.n);
+        return *this;
+    }
+    void put(const std::vector<float>& h) { be->upload(p, h.data(), static_cast<int64_t>(h.size())); }
+    std::vector<float> get(int64_t count = -1) const {
+        std::vector<float> h(static_cast<size_t>(count < 0 ? n : count));
+        be->download(h.data(), p, static_cast<int64_t>(h.size()));
+        return h;
+    }
+    void poison() { put(std::vector<float>(static_cast<size_t>(n), kNaN)); }
+};
+
+float roundBf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+float roundF16(float v) { return __half2float(__float2half_rn(v)); }
+float roundTo(float v, int dtype) {
+    return dtype == DTYPE_BF16 ? roundBf16(v) : dtype == DTYPE_F16 ? roundF16(v) : v;
+}
+const char* dtypeName(int d) {
+    switch (d) {
+        case DTYPE_F32: return "f32";
+        case DTYPE_TF32: return "tf32";
+        case DTYPE_BF16: return "bf16";
+        default: return "f16";
+    }
+}
+
+/** max |got − want| / max |want| over the selected elements; NaN or Inf in got gives +inf. */
+struct Err {
+    double num = 0, den = 0;
+    bool bad = false;
+    void add(double got, double want) {
+        if (!std::isfinite(got)) bad = true;
+        num = std::max(num, std::fabs(got - want));
+        den = std::max(den, std::fabs(want));
+    }
+    double value() const { return bad ? INFINITY : den > 0 ? num / den : num; }
+};
+
+void report(const std::string& op, const std::string& shape, const std::string& dtype, double err, double tol) {
+    const bool ok = err <= tol;
+    if (!ok) ++failures;
+    std::printf("| %-26s | %-34s | %-5s | %9.2e | %7.0e | %s |\n", op.c_str(), shape.c_str(), dtype.c_str(), err, tol,
+                ok ? "pass" : "FAIL");
+    std::fflush(stdout);
+}
+
+std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* f, ...) {
+    char buf[256];
+    va_list ap;
+    va_start(ap, f);
+    std::vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    return buf;
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+// ---------------- checks ----------------
+
+void checkTransfers() {
+    auto h = randv(10007, -1, 1);
+    Dev a(h), b(10007);
+    b.poison();
+    be->copy(b.p, a.p, 10007);
+    Err e;
+    auto back = b.get();
+    for (size_t i = 0; i < h.size(); ++i) e.add(back[i], h[i]);
+    be->zero(a.p + 5, 100);
+    auto z = a.get();
+    for (int i = 5; i < 105; ++i) e.add(z[i], 0.0);
+    e.add(z[4], h[4]);
+    e.add(z[105], h[105]);
+    report("upload/copy/zero/download", "n=10007", "f32", e.value(), 0);
+}
+
+void checkEmbed() {
+    const int V = 1000, d = 260, rows = 37;
+    auto table = randv(static_cast<size_t>(V) * d, -1, 1);
+    std::vector<int32_t> ids(rows);
+    std::uniform_int_distribution<int> pick(0, V - 1);
+    for (auto& i : ids) i = pick(rng);
+    std::vector<float> idbits(rows);
+    std::memcpy(idbits.data(), ids.data(), rows * sizeof(int32_t));
+    Dev dt(table), di(idbits), dout(static_cast<int64_t>(rows) * d);
+    dout.poison();
+    be->embed(dt.p, reinterpret_cast<const int32_t*>(di.p), rows, d, dout.p);
+    auto got = dout.get();
+    Err e;
+    for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < d; ++j) e.add(got[static_cast<size_t>(r) * d + j], table[static_cast<size_t>(ids[r]) * d + j]);
+    report("embed", fmt("rows=%d d=%d V=%d", rows, d, V), "f32", e.value(), 0);
+}
+
+void checkNegExp() {
+    auto h = randv(4099, -3, 3);
+    Dev in(h), out(4099);
+    out.poison();
+    be->negExp(in.p, out.p, 4099);
+    Err e;
+    auto got = out.get();
+    for (size_t i = 0; i < h.size(); ++i) e.add(got[i], -std::exp(static_cast<double>(h[i])));
+    report("negExp", "n=4099", "f32", e.value(), 1e-6);
+}
+
+void checkToLowp(int dtype) {
+    const int64_t n = 100003;
+    auto h = randv(static_cast<size_t>(n), -4, 4);
+    h[0] = 1.0f + 1.0f / 256;  // ties and extremes
+    h[1] = 65504.f;
+    h[2] = -3.0e-8f;
+    Dev src(h), dst((n + 1) / 2);
+    dst.poison();
+    be->toLowPrecision(src.p, dst.p, n, dtype);
+    auto raw = dst.get();
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    std::memcpy(bits.data(), raw.data(), static_cast<size_t>(n) * 2);
+    int64_t mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t want;
+        if (dtype == DTYPE_BF16) {
+            __nv_bfloat16 b = __float2bfloat16_rn(h[i]);
+            std::memcpy(&want, &b, 2);
+        } else {
+            __half b = __float2half_rn(h[i]);
+            std::memcpy(&want, &b, 2);
+        }
+        mismatches += bits[i] != want;
+    }
+    report("toLowPrecision", fmt("n=%lld, bit-exact", static_cast<long long>(n)), dtypeName(dtype),
+           static_cast<double>(mismatches), 0);
+}
+
+void checkRmsnorm(int64_t rows, int d, int64_t ldx, int64_t ldy) {
+    auto x = randv(static_cast<size_t>(rows * ldx), -2, 2);
+    auto w = randv(static_cast<size_t>(d), 0.5, 1.5);
+    Dev dx(x), dw(w), dy(rows * ldy);
+    dy.poison();
+    be->rmsnorm(dx.p, ldx, dw.p, rows, d, 1e-5f, dy.p, ldy);
+    auto y = dy.get();
+    Err e;
+    for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int j = 0; j < d; ++j) ss += static_cast<double>(x[r * ldx + j]) * x[r * ldx + j];
+        const double s = 1.0 / std::sqrt(ss / d + 1e-5);
+        for (int j = 0; j < d; ++j) e.add(y[r * ldy + j], w[j] * (x[r * ldx + j] * s));
+    }
+    report("rmsnorm", fmt("rows=%lld d=%d ldx=%lld", static_cast<long long>(rows), d, static_cast<long long>(ldx)),
+           "f32", e.value(), 2e-6);
+}
+
+/** Weights of a linear in the storage of `dtype`: f32 master + optional 2-byte copy, made by the backend. */
+struct Weight {
+    int out, in, dtype;
+    std::vector<float> host;  // f32 master
+    Dev f32;
+    Dev lowp;
+    Weight(int out_, int in_, int dtype_) : out(out_), in(in_), dtype(dtype_) {
+        const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+        host = randv(static_cast<size_t>(out) * in, -bound, bound);
+        f32 = Dev(host);
+        if (dtype == DTYPE_BF16 || dtype == DTYPE_F16) {
+            lowp = Dev((static_cast<int64_t>(out) * in + 1) / 2);
+            be->toLowPrecision(f32.p, lowp.p, static_cast<int64_t>(out) * in, dtype);
+        }
+    }
+    Matrix matrix() const { return Matrix{f32.p, lowp.p, dtype, out, in}; }
+};
+
+void checkLinear(int dtype, int out, int in, int64_t rows, bool bias, float beta, int pad) {
+    Weight W(out, in, dtype);
+    const int64_t ldx = in + pad, ldy = out + pad;
+    auto x = randv(static_cast<size_t>(rows * ldx), -1, 1);
+    auto b = randv(static_cast<size_t>(out), -0.5, 0.5);
+    auto y0 = randv(static_cast<size_t>(rows * ldy), -1, 1);
+    Dev dx(x), db(b), dy(rows * ldy);
+    if (beta == 0.f) dy.poison();
+    else dy.put(y0);
+    be->linear(dx.p, ldx, rows, W.matrix(), bias ? db.p : nullptr, dy.p, ldy, beta);
+    auto y = dy.get();
+    const bool gemv = rows <= mamba::cuda::kGemvMaxRows;
+    const bool lowp = dtype == DTYPE_BF16 || dtype == DTYPE_F16;
+    Err e;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) {
+            double acc = 0;
+            for (int k = 0; k < in; ++k) {
+                const double wv = roundTo(W.host[static_cast<size_t>(o) * in + k], dtype);
+                const double xv = lowp && !gemv ? roundTo(x[r * ldx + k], dtype) : x[r * ldx + k];
+                acc += wv * xv;
+            }
+            if (bias) acc += b[o];
+            if (beta != 0.f) acc += beta * static_cast<double>(y0[r * ldy + o]);
+            e.add(y[r * ldy + o], acc);
+        }
+    // the reference uses the stored (rounded) weights, so only accumulation order (and TF32's rounding
+    // of both operands on tensor cores) remains
+    const double tol = dtype == DTYPE_TF32 && !gemv ? 5e-3 : lowp && !gemv ? 1e-4 : 1e-5;
+    report(gemv ? "linear (own gemv)" : "linear (cuBLAS)",
+           fmt("rows=%lld out=%d in=%d%s beta=%g pad=%d", static_cast<long long>(rows), out, in, bias ? " +b" : "",
+               beta, pad),
+           dtypeName(dtype), e.value(), tol);
+    // padding columns of y untouched
+    if (pad > 0 && beta == 0.f) {
+        bool untouched = true;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int j = out; j < ldy; ++j) untouched &= std::isnan(y[r * ldy + j]);
+        if (!untouched) report("linear leaves y padding", fmt("out=%d pad=%d", out, pad), dtypeName(dtype), 1, 0);
+    }
+}
+
+/** Row r of a multi-row gemv equals the same row computed alone, bit for bit. */
+void checkGemvRowIndependence(int dtype, int out, int in) {
+    Weight W(out, in, dtype);
+    const int rows = 4;
+    auto x = randv(static_cast<size_t>(rows) * in, -1, 1);
+    Dev dx(x), dy(static_cast<int64_t>(rows) * out), d1(out);
+    dy.poison();
+    d1.poison();
+    be->linear(dx.p, in, rows, W.matrix(), nullptr, dy.p, out, 0.f);
+    be->linear(dx.p + 2 * in, in, 1, W.matrix(), nullptr, d1.p, out, 0.f);
+    auto all = dy.get();
+    auto one = d1.get();
+    const int diff = std::memcmp(all.data() + 2 * out, one.data(), static_cast<size_t>(out) * 4) != 0;
+    report("gemv row independence", fmt("B=4 row 2 vs B=1, %dx%d", out, in), dtypeName(dtype), diff, 0);
+}
+
+struct ConvCase {
+    int B, T, E, K;
+};
+
+void checkConv(const ConvCase& cc, int calls) {
+    const int H = cc.K - 1;
+    const int64_t ldx = 2 * cc.E + 3, ldu = cc.E + 1, hstride = static_cast<int64_t>(cc.E) * H + 5;
+    auto w = randv(static_cast<size_t>(cc.E) * cc.K, -0.5, 0.5);
+    auto bias = randv(static_cast<size_t>(cc.E), -0.5, 0.5);
+    auto hist0 = randv(static_cast<size_t>(cc.B * hstride), -1, 1);
+    Dev dw(w), db(bias), dh(hist0);
+    std::vector<double> hist(hist0.begin(), hist0.end());
+    Err eu, eh;
+    for (int call = 0; call < calls; ++call) {
+        const int T = call == 0 ? cc.T : 1 + call;  // then a few shorter calls continue the history
+        auto x = randv(static_cast<size_t>(cc.B) * T * ldx, -1, 1);
+        Dev dx(x), du(static_cast<int64_t>(cc.B) * T * ldu);
+        du.poison();
+        ConvArgs a{dx.p, ldx, dw.p, db.p, dh.p, hstride, du.p, ldu, cc.B, T, cc.E, cc.K};
+        be->convSilu(a);
+        auto u = du.get();
+        for (int b = 0; b < cc.B; ++b) {
+            for (int d = 0; d < cc.E; ++d) {
+                double* hd = hist.data() + b * hstride + static_cast<int64_t>(d) * H;
+                std::vector<double> seq(hd, hd + H);  // old history then this call's inputs
+                for (int t = 0; t < T; ++t) seq.push_back(x[(static_cast<int64_t>(b) * T + t) * ldx + d]);
+                for (int t = 0; t < T; ++t) {
+                    double acc = bias[d];
+                    for (int k = 0; k < cc.K; ++k) acc += static_cast<double>(w[d * cc.K + k]) * seq[t + k];
+                    eu.add(u[(static_cast<int64_t>(b) * T + t) * ldu + d], silu(acc));
+                }
+                for (int i = 0; i < H; ++i) hd[i] = seq[seq.size() - H + i];
+            }
+        }
+    }
+    auto hgot = dh.get();
+    for (size_t i = 0; i < hist.size(); ++i) eh.add(hgot[i], hist[i]);
+    const std::string shape = fmt("B=%d T=%d E=%d K=%d calls=%d", cc.B, cc.T, cc.E, cc.K, calls);
+    report("convSilu output", shape, "f32", eu.value(), 1e-6);
+    report("convSilu history", shape, "f32", eh.value(), 0);
+}
+
+struct ScanCase {
+    int B, T, E, N;
+    ScanAlgo algo;
+    int chunk;
+};
+
+const char* algoName(ScanAlgo a) {
+    return a == ScanAlgo::Sequential ? "sequential" : a == ScanAlgo::Chunked ? "chunked" : "auto";
+}
+
+void checkScan(const ScanCase& sc) {
+    const int B = sc.B, T = sc.T, E = sc.E, N = sc.N;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    const int dt_rank = 3;
+    const int64_t ldbc = dt_rank + 2 * N + 1, ldz = 2 * E, hstride = static_cast<int64_t>(E) * N + 7;
+    auto dt = randv(static_cast<size_t>(R * E), -4.5, -1.0);
+    for (size_t i = 0; i < dt.size(); i += 97) dt[i] = 21.f + static_cast<float>(i % 3);  // softplus threshold
+    for (size_t i = 3; i < dt.size(); i += 89) dt[i] = 2.5f;
+    std::vector<float> a(static_cast<size_t>(E) * N);
+    {
+        auto alog = randv(a.size(), 0.0, std::log(16.0));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(-std::exp(static_cast<double>(alog[i])));
+    }
+    auto bc = randv(static_cast<size_t>(R * ldbc), -1, 1);
+    auto u = randv(static_cast<size_t>(R * E), -1, 1);
+    auto z = randv(static_cast<size_t>(R * ldz), -2, 2);
+    auto dsk = randv(static_cast<size_t>(E), 0.5, 1.5);
+    auto h0 = randv(static_cast<size_t>(B * hstride), -1, 1);
+    Dev ddt(dt), da(a), dbc(bc), du(u), dz(z), dd(dsk), dh(h0), dout(R * E);
+    dout.poison();
+    ScanArgs s{ddt.p, da.p, dbc.p + dt_rank, ldbc, du.p, dz.p + E, ldz, dd.p, dh.p, hstride, dout.p, B, T, E, N};
+    be->setScanAlgo(sc.algo, sc.chunk);
+    be->selectiveScan(s);
+    be->setScanAlgo(ScanAlgo::Auto, 0);
+    auto out = dout.get();
+    auto hgot = dh.get();
+    Err eo, eh;
+    for (int b = 0; b < B; ++b) {
+        for (int d = 0; d < E; ++d) {
+            std::vector<double> h(static_cast<size_t>(N));
+            for (int n = 0; n < N; ++n) h[n] = h0[b * hstride + static_cast<int64_t>(d) * N + n];
+            for (int t = 0; t < T; ++t) {
+                const int64_t r = static_cast<int64_t>(b) * T + t;
+                const double delta = softplus(dt[r * E + d]);
+                const double uu = u[r * E + d];
+                double y = 0;
+                for (int n = 0; n < N; ++n) {
+                    h[n] = std::exp(delta * a[static_cast<size_t>(d) * N + n]) * h[n] +
+                           delta * bc[r * ldbc + dt_rank + n] * uu;
+                    y += h[n] * bc[r * ldbc + dt_rank + N + n];
+                }
+                eo.add(out[r * E + d], (y + dsk[d] * uu) * silu(z[r * ldz + E + d]));
+            }
+            for (int n = 0; n < N; ++n) eh.add(hgot[b * hstride + static_cast<int64_t>(d) * N + n], h[n]);
+        }
+        // the gap between rows of h must be untouched
+        for (int64_t i = static_cast<int64_t>(E) * N; i < hstride; ++i) eh.add(hgot[b * hstride + i], h0[b * hstride + i]);
+    }
+    const std::string shape =
+        fmt("B=%d T=%d E=%d N=%d %s%s", B, T, E, N, algoName(sc.algo), sc.chunk ? fmt(" L=%d", sc.chunk).c_str() : "");
+    report("selectiveScan output", shape, "f32", eo.value(), 2e-5);
+    report("selectiveScan state", shape, "f32", eh.value(), 2e-5);
+}
+
+/** A captured sequence of stages replays to the same bits as the same calls made eagerly. */
+void checkGraph(int dtype, int B) {
+    const int D = 256, E = 512, N = 16, K = 4, R = 16;
+    const int X = R + 2 * N;
+    Weight Win(2 * E, D, dtype), Wx(X, E, dtype), Wdt(E, R, dtype), Wout(D, E, dtype);
+    auto normw = randv(D, 0.5, 1.5), convw = randv(static_cast<size_t>(E) * K, -0.5, 0.5), convb = randv(E, -0.5, 0.5);
+    auto dtb = randv(E, -4.5, -1.5), dsk = randv(E, 0.5, 1.5);
+    std::vector<float> a(static_cast<size_t>(E) * N);
+    for (int d = 0; d < E; ++d)
+        for (int n = 0; n < N; ++n) a[static_cast<size_t>(d) * N + n] = -(n + 1.0f);
+    Dev dnw(normw), dcw(convw), dcb(convb), ddtb(dtb), dd(dsk), da(a);
+    const int64_t state_row = static_cast<int64_t>(E) * (K - 1) + static_cast<int64_t>(E) * N;
+    auto st0 = randv(static_cast<size_t>(B * state_row), -0.5, 0.5);
+    auto x = randv(static_cast<size_t>(B) * D, -1, 1);
+    Dev resid(B * D), normed(B * D), xz(B * 2 * E), uu(B * E), xdbl(B * X), dt(B * E), gated(B * E);
+    auto step = [&](Dev& st) {
+        be->rmsnorm(resid.p, D, dnw.p, B, D, 1e-5f, normed.p, D);
+        be->linear(normed.p, D, B, Win.matrix(), nullptr, xz.p, 2 * E, 0.f);
+        ConvArgs c{xz.p, 2 * E, dcw.p, dcb.p, st.p, state_row, uu.p, E, B, 1, E, K};
+        be->convSilu(c);
+        be->linear(uu.p, E, B, Wx.matrix(), nullptr, xdbl.p, X, 0.f);
+        be->linear(xdbl.p, X, B, Wdt.matrix(), ddtb.p, dt.p, E, 0.f);
+        ScanArgs s{dt.p, da.p, xdbl.p + R, X, uu.p, xz.p + E, 2 * E, dd.p, st.p + static_cast<int64_t>(E) * (K - 1),
+                   state_row, gated.p, B, 1, E, N};
+        be->selectiveScan(s);
+        be->linear(gated.p, E, B, Wout.matrix(), nullptr, resid.p, D, 1.f);
+    };
+    Dev st_eager(st0), st_graph(st0);
+    resid.put(x);
+    for (int i = 0; i < 5; ++i) step(st_eager);
+    auto y_eager = resid.get();
+    resid.put(x);
+    be->beginCapture();
+    step(st_graph);
+    void* g = be->endCapture();
+    for (int i = 0; i < 5; ++i) be->replay(g);
+    auto y_graph = resid.get();
+    be->destroyGraph(g);
+    auto s1 = st_eager.get(), s2 = st_graph.get();
+    const bool same = std::memcmp(y_eager.data(), y_graph.data(), y_eager.size() * 4) == 0 &&
+                      std::memcmp(s1.data(), s2.data(), s1.size() * 4) == 0;
+    report("graph replay == eager", fmt("B=%d, 5 decode steps, %s", B, B > 8 ? "cuBLAS" : "gemv"), dtypeName(dtype),
+           same ? 0 : 1, 0);
+}
+
+void checkOom() {
+    double err = 0;
+    try {
+        be->alloc(int64_t(1) << 42);  // 16 TiB
+        err = 1;
+    } catch (const OutOfMemoryError& e) {
+        std::printf("  (expected) %s\n", e.what());
+    }
+    try {
+        Dev ok(1 << 20);
+        auto v = randv(1 << 20, -1, 1);
+        ok.put(v);
+        if (ok.get() != v) err = 1;
+    } catch (const std::exception& e) {
+        std::printf("  allocation after OOM failed: %s\n", e.what());
+        err = 1;
+    }
+    report("alloc 16 TiB throws, next ok", "OutOfMemoryError", "-", err, 0);
+}
+
+// ---------------- timing ----------------
+
+/** Median time per call (µs) of fn over `samples` samples of `iters` back-to-back calls, CUDA events. */
+double timeUs(const std::function<void(int)>& fn, int iters = 20, int samples = 15) {
+    cudaStream_t s = be->stream();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 3; ++i) fn(i);
+    be->synchronize();
+    std::vector<float> ms;
+    int call = 0;
+    for (int k = 0; k < samples; ++k) {
+        cudaEventRecord(e0, s);
+        for (int i = 0; i < iters; ++i) fn(call++);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        ms.push_back(t / iters);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1000.0;
+}
+
+void timingRow(const std::string& op, const std::string& shape, const char* dtype, double us, double bytes,
+               double flops = 0, double peak = 0) {
+    const double floor_us = bytes / kHbmBytesPerSec * 1e6;
+    const double flop_us = peak > 0 ? flops / peak * 1e6 : 0;
+    std::printf("| %-22s | %-30s | %-5s | %9.2f | %8.2f | %8.2f | %5.0f%% |\n", op.c_str(), shape.c_str(), dtype, us,
+                floor_us, flop_us, 100.0 * std::max(floor_us, flop_us) / us);
+    std::fflush(stdout);
+}
+
+/** Copies of one weight matrix spread over ≥ 320 MB so that timed calls read HBM, not L2. */
+struct WeightPool {
+    int out, in, dtype;
+    std::vector<Dev> f32, lowp;
+    WeightPool(int out_, int in_, int dtype_) : out(out_), in(in_), dtype(dtype_) {
+        const int64_t n = static_cast<int64_t>(out) * in;
+        const double bytes = static_cast<double>(n) * (dtype == DTYPE_BF16 || dtype == DTYPE_F16 ? 2 : 4);
+        const int copies = static_cast<int>(std::min(64.0, std::max(2.0, std::ceil(320e6 / bytes))));
+        auto h = randv(static_cast<size_t>(n), -0.05, 0.05);
+        for (int c = 0; c < copies; ++c) {
+            if (dtype == DTYPE_BF16 || dtype == DTYPE_F16) {
+                Dev tmp(h);
+                lowp.emplace_back((n + 1) / 2);
+                be->toLowPrecision(tmp.p, lowp.back().p, n, dtype);
+                f32.emplace_back(1);  // unused
+            } else {
+                f32.emplace_back(h);
+            }
+        }
+        be->synchronize();
+    }
+    Matrix at(int i) const {
+        const size_t c = static_cast<size_t>(i) % f32.size();
+        return Matrix{f32[c].p, lowp.empty() ? nullptr : lowp[c].p, dtype, out, in};
+    }
+    double bytes() const {
+        return static_cast<double>(out) * in * (dtype == DTYPE_BF16 || dtype == DTYPE_F16 ? 2 : 4);
+    }
+};
+
+void timeLinear(const std::string& name, int out, int in, int dtype, int rows, FILE* lm = nullptr, int dmodel = 0) {
+    WeightPool pool(out, in, dtype);
+    Dev x(randv(static_cast<size_t>(rows) * in, -1, 1)), y(static_cast<int64_t>(rows) * out);
+    const double us = timeUs([&](int i) { be->linear(x.p, in, rows, pool.at(i), nullptr, y.p, out, 0.f); });
+    const double bytes = pool.bytes() + 4.0 * rows * (in + out);
+    const double flops = 2.0 * rows * out * in;
+    const double peak = dtype == DTYPE_F32 ? 60e12 : dtype == DTYPE_TF32 ? 390e12 : 780e12;
+    timingRow(name, fmt("%dx%d rows=%d%s", out, in, rows, rows > mamba::cuda::kGemvMaxRows ? " cuBLAS" : ""),
+              dtypeName(dtype), us, bytes, flops, peak);
+    if (lm) std::fprintf(lm, "%d\t%s\t%.3f\n", dmodel, dtypeName(dtype), us);
+}
+
+void timeStages() {
+    std::printf("\n## Kernel timings (median of 15 × 20 back-to-back calls, CUDA events; floor = bytes / 4.26 TB/s; "
+                "flop floor at 60/390/780 TFLOP/s for f32/tf32/bf16)\n\n");
+    std::printf("| %-22s | %-30s | %-5s | %9s | %8s | %8s | %6s |\n", "op", "shape", "dtype", "us", "HBM us",
+                "flop us", "of floor");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    // Decode matrices of the 2.8b shape (d_model 2560, d_inner 5120, dt_rank 160, d_state 16).
+    for (int dt : {DTYPE_F32, DTYPE_BF16}) {
+        timeLinear("in_proj 2.8b", 10240, 2560, dt, 1);
+        timeLinear("x_proj 2.8b", 192, 5120, dt, 1);
+        timeLinear("dt_proj 2.8b", 5120, 160, dt, 1);
+        timeLinear("out_proj 2.8b", 2560, 5120, dt, 1);
+        timeLinear("in_proj 130m", 3072, 768, dt, 1);
+        timeLinear("out_proj 130m", 768, 1536, dt, 1);
+    }
+    timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_F16, 1);
+    timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 2);
+    timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 4);
+    timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 8);
+    timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 16);
+    timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 64);
+    timeLinear("in_proj 370m", 4096, 1024, DTYPE_F32, 4096);
+    timeLinear("in_proj 370m", 4096, 1024, DTYPE_TF32, 4096);
+    timeLinear("in_proj 370m", 4096, 1024, DTYPE_BF16, 4096);
+
+    {  // rmsnorm
+        for (const auto& rd : {std::pair<int, int>{1, 2560}, {4096, 1024}}) {
+            const int rows = rd.first, d = rd.second;
+            Dev x(randv(static_cast<size_t>(rows) * d, -1, 1)), w(randv(d, 0.5, 1.5)),
+                y(static_cast<int64_t>(rows) * d);
+            const double us = timeUs([&](int) { be->rmsnorm(x.p, d, w.p, rows, d, 1e-5f, y.p, d); });
+            timingRow("rmsnorm", fmt("rows=%d d=%d", rows, d), "f32", us, 8.0 * rows * d + 4.0 * d);
+        }
+    }
+    {  // conv
+        for (const auto& bte : {std::tuple<int, int, int>{1, 1, 5120}, {64, 1, 5120}, {1, 4096, 2048}}) {
+            const int B = std::get<0>(bte), T = std::get<1>(bte), E = std::get<2>(bte);
+            const int K = 4;
+            Dev x(randv(static_cast<size_t>(B) * T * 2 * E, -1, 1)), w(randv(static_cast<size_t>(E) * K, -.5, .5)),
+                b(randv(E, -.5, .5)), h(randv(static_cast<size_t>(B) * E * (K - 1), -1, 1)),
+                u(static_cast<int64_t>(B) * T * E);
+            ConvArgs c{x.p, 2 * E, w.p, b.p, h.p, static_cast<int64_t>(E) * (K - 1), u.p, E, B, T, E, K};
+            const double us = timeUs([&](int) { be->convSilu(c); });
+            timingRow("convSilu", fmt("B=%d T=%d E=%d", B, T, E), "f32", us,
+                      8.0 * B * T * E + 8.0 * B * E * (K - 1) + 4.0 * E * (K + 1));
+        }
+    }
+    {  // scan
+        struct Sh { int B, T, E, N; ScanAlgo algo; };
+        for (const Sh& sh : {Sh{1, 1, 5120, 16, ScanAlgo::Auto}, Sh{64, 1, 5120, 16, ScanAlgo::Auto},
+                             Sh{1, 4096, 2048, 16, ScanAlgo::Sequential}, Sh{1, 4096, 2048, 16, ScanAlgo::Chunked},
+                             Sh{4, 1024, 2048, 16, ScanAlgo::Sequential}, Sh{4, 1024, 2048, 16, ScanAlgo::Chunked},
+                             Sh{1, 1024, 2048, 128, ScanAlgo::Sequential}, Sh{1, 1024, 2048, 128, ScanAlgo::Chunked}}) {
+            const int64_t R = static_cast<int64_t>(sh.B) * sh.T;
+            const int X = 64 + 2 * sh.N;
+            Dev dt(randv(static_cast<size_t>(R) * sh.E, -4.5, -1.5)), a(randv(static_cast<size_t>(sh.E) * sh.N, -8, -1)),
+                bc(randv(static_cast<size_t>(R) * X, -1, 1)), u(randv(static_cast<size_t>(R) * sh.E, -1, 1)),
+                z(randv(static_cast<size_t>(R) * 2 * sh.E, -1, 1)), d(randv(sh.E, .5, 1.5)),
+                h(randv(static_cast<size_t>(sh.B) * sh.E * sh.N, -1, 1)), out(R * sh.E);
+            ScanArgs s{dt.p, a.p, bc.p + 64, X, u.p, z.p + sh.E, 2 * sh.E, d.p, h.p,
+                       static_cast<int64_t>(sh.E) * sh.N, out.p, sh.B, sh.T, sh.E, sh.N};
+            be->setScanAlgo(sh.algo, 0);
+            const double us = timeUs([&](int) { be->selectiveScan(s); }, sh.T > 1 ? 5 : 20, sh.T > 1 ? 7 : 15);
+            be->setScanAlgo(ScanAlgo::Auto, 0);
+            const double bytes = 4.0 * R * (sh.E * 4 + 2 * sh.N) + 8.0 * sh.B * sh.E * sh.N;
+            timingRow(fmt("scan %s", algoName(sh.algo)), fmt("B=%d T=%d E=%d N=%d", sh.B, sh.T, sh.E, sh.N), "f32", us,
+                      bytes);
+        }
+    }
+}
+
+/** One synthetic B=1 decode step of a whole model (all 7 stages × layers) in a graph, PDL on and off. */
+void timeDecodeChain(int D, int layers, int dtype) {
+    const int E = 2 * D, N = 16, K = 4, R = (D + 15) / 16, X = R + 2 * N, B = 1;
+    // Distinct weights for enough layers to cover ≥ 600 MB (far beyond L2); later layers reuse them.
+    const double layer_bytes = (static_cast<double>(2 * E) * D + static_cast<double>(X) * E +
+                                static_cast<double>(E) * R + static_cast<double>(D) * E) * (dtype == DTYPE_BF16 ? 2 : 4);
+    const int distinct = static_cast<int>(std::min<double>(layers, std::ceil(600e6 / layer_bytes)));
+    std::vector<Weight> win, wx, wdt, wout;
+    for (int l = 0; l < distinct; ++l) {
+        win.emplace_back(2 * E, D, dtype);
+        wx.emplace_back(X, E, dtype);
+        wdt.emplace_back(E, R, dtype);
+        wout.emplace_back(D, E, dtype);
+    }
+    Dev nw(randv(D, .5, 1.5)), cw(randv(static_cast<size_t>(E) * K, -.5, .5)), cb(randv(E, -.5, .5)),
+        dtb(randv(E, -4.5, -1.5)), dsk(randv(E, .5, 1.5)), a(randv(static_cast<size_t>(E) * N, -8, -1));
+    const int64_t state_row = static_cast<int64_t>(E) * (K - 1 + N);
+    Dev st(randv(static_cast<size_t>(layers) * state_row, -.5, .5));
+    Dev resid(randv(D, -1, 1)), normed(D), xz(2 * E), uu(E), xdbl(X), dt(E), gated(E);
+    auto step = [&]() {
+        for (int layer = 0; layer < layers; ++layer) {
+            const int l = layer % distinct;
+            float* s = st.p + layer * state_row;
+            be->rmsnorm(resid.p, D, nw.p, B, D, 1e-5f, normed.p, D);
+            be->linear(normed.p, D, B, win[l].matrix(), nullptr, xz.p, 2 * E, 0.f);
+            ConvArgs c{xz.p, 2 * E, cw.p, cb.p, s, state_row, uu.p, E, B, 1, E, K};
+            be->convSilu(c);
+            be->linear(uu.p, E, B, wx[l].matrix(), nullptr, xdbl.p, X, 0.f);
+            be->linear(xdbl.p, X, B, wdt[l].matrix(), dtb.p, dt.p, E, 0.f);
+            ScanArgs sa{dt.p, a.p, xdbl.p + R, X, uu.p, xz.p + E, 2 * E, dsk.p, s + static_cast<int64_t>(E) * (K - 1),
+                        state_row, gated.p, B, 1, E, N};
+            be->selectiveScan(sa);
+            be->linear(gated.p, E, B, wout[l].matrix(), nullptr, resid.p, D, 0.f);  // beta 0 keeps values bounded
+        }
+    };
+    const double bytes = layer_bytes * layers;
+    const bool pdl0 = be->pdl();
+    for (int pdl : {1, 0}) {
+        be->setPdl(pdl != 0);
+        const double eager = timeUs([&](int) { step(); }, 3, 9);
+        be->beginCapture();
+        step();
+        void* g = be->endCapture();
+        const double graph = timeUs([&](int) { be->replay(g); }, 5, 11);
+        be->destroyGraph(g);
+        timingRow(fmt("decode chain %s", pdl ? "pdl" : "no-pdl"), fmt("d=%d L=%d eager %.0fus", D, layers, eager),
+                  dtypeName(dtype), graph, bytes);
+    }
+    be->setPdl(pdl0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    bool timing = true;
+    const char* lmhead = nullptr;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+        else if (!std::strcmp(argv[i], "--no-timing")) timing = false;
+        else if (!std::strcmp(argv[i], "--lmhead") && i + 1 < argc) lmhead = argv[++i];
+    }
+    rng.seed(seed);
+    if (cudaDeviceCount() == 0) {
+        std::printf("no CUDA device (%s): nothing to test\n", cudaUnavailableReason().c_str());
+        return 0;
+    }
+    try {
+        be = static_cast<CudaBackend*>(&cudaBackend(0));
+        std::printf("# CUDA backend kernel test — %s, %d SMs, PDL %s, seed %llu\n\n", cudaDeviceName(0).c_str(),
+                    be->multiprocessors(), be->pdl() ? "on" : "off", static_cast<unsigned long long>(seed));
+        std::printf("| %-26s | %-34s | %-5s | %9s | %7s | %s |\n", "op", "shape", "dtype", "max rel", "tol", "result");
+        std::printf("|---|---|---|---|---|---|\n");
+        checkTransfers();
+        checkNegExp();
+        checkEmbed();
+        checkToLowp(DTYPE_BF16);
+        checkToLowp(DTYPE_F16);
+        checkRmsnorm(1, 768, 768, 768);
+        checkRmsnorm(5, 2560, 2564, 2560);
+        checkRmsnorm(3, 37, 41, 40);
+        checkRmsnorm(64, 1024, 1024, 1024);
+        checkRmsnorm(2, 6000, 6000, 6000);
+        for (int dt : {DTYPE_F32, DTYPE_TF32, DTYPE_BF16, DTYPE_F16}) {
+            for (int rows : {1, 3, 8}) {
+                checkLinear(dt, 3072, 768, rows, false, 0.f, 0);
+                checkLinear(dt, 80, 1536, rows, false, 0.f, 0);
+                checkLinear(dt, 1536, 48, rows, true, 0.f, 0);
+                checkLinear(dt, 768, 1536, rows, false, 1.f, 0);
+            }
+            checkLinear(dt, 37, 29, 5, true, 0.5f, 3);    // unaligned: scalar gemv path
+            checkLinear(dt, 64, 40, 2, false, 0.f, 1);    // odd ldx: scalar gemv path
+            checkLinear(dt, 300, 512, 9, true, 0.f, 4);   // smallest cuBLAS batch
+            checkLinear(dt, 1024, 384, 200, false, 1.f, 0);
+            checkLinear(dt, 37, 29, 33, true, 0.5f, 3);
+            checkGemvRowIndependence(dt, 1000, 512);
+        }
+        checkLinear(DTYPE_BF16, 24, 2048, 9000, false, 0.f, 0);  // several activation-workspace chunks
+        for (const ConvCase& c : {ConvCase{1, 1, 64, 4}, ConvCase{3, 1, 100, 4}, ConvCase{2, 5, 64, 4},
+                                  ConvCase{2, 37, 100, 4}, ConvCase{1, 40, 33, 3}, ConvCase{2, 2, 50, 1},
+                                  ConvCase{1, 20, 17, 1}, ConvCase{3, 30, 70, 8}})
+            checkConv(c, 3);
+        for (const ScanCase& s : {ScanCase{1, 1, 64, 16, ScanAlgo::Auto, 0}, ScanCase{3, 1, 100, 16, ScanAlgo::Auto, 0},
+                                  ScanCase{2, 7, 64, 5, ScanAlgo::Sequential, 0},
+                                  ScanCase{2, 16, 33, 64, ScanAlgo::Sequential, 0},
+                                  ScanCase{1, 3, 40, 256, ScanAlgo::Sequential, 0},
+                                  ScanCase{2, 300, 64, 16, ScanAlgo::Auto, 0},
+                                  ScanCase{2, 300, 64, 16, ScanAlgo::Sequential, 0},
+                                  ScanCase{1, 301, 48, 16, ScanAlgo::Chunked, 16},
+                                  ScanCase{2, 50, 33, 5, ScanAlgo::Chunked, 7},
+                                  ScanCase{1, 260, 16, 256, ScanAlgo::Chunked, 0},
+                                  ScanCase{1, 1000, 32, 130, ScanAlgo::Auto, 0},
+                                  ScanCase{1, 600, 64, 1, ScanAlgo::Auto, 0}})
+            checkScan(s);
+        for (int dt : {DTYPE_F32, DTYPE_BF16}) {
+            checkGraph(dt, 1);
+            checkGraph(dt, 4);
+            checkGraph(dt, 16);
+        }
+        checkOom();
+        std::printf("\n%s: %d check(s) failed\n", failures ? "FAILED" : "ALL PASSED", failures);
+        if (timing) {
+            timeStages();
+            std::printf("\n## Synthetic B=1 decode step (7 stages per layer, CUDA graph replay; eager time in shape)\n\n");
+            std::printf("| %-22s | %-30s | %-5s | %9s | %8s | %8s | %6s |\n", "op", "shape", "dtype", "us", "HBM us",
+                        "flop us", "of floor");
+            std::printf("|---|---|---|---|---|---|---|\n");
+            timeDecodeChain(768, 24, DTYPE_BF16);
+            timeDecodeChain(2560, 64, DTYPE_BF16);
+            if (lmhead) {
+                FILE* f = std::fopen(lmhead, "w");
+                std::printf("\n## LM head matvec (50280 x d_model, B=1)\n\n");
+                std::printf("| %-22s | %-30s | %-5s | %9s | %8s | %8s | %6s |\n", "op", "shape", "dtype", "us",
+                            "HBM us", "flop us", "of floor");
+                std::printf("|---|---|---|---|---|---|---|\n");
+                for (int d : {768, 1024, 2048, 2560})
+                    for (int dt : {DTYPE_F32, DTYPE_BF16}) timeLinear("lm head", 50280, d, dt, 1, f, d);
+                if (f) std::fclose(f);
+            }
+        }
+    } catch (const std::exception& e) {
+        std::printf("\nERROR: %s\n", e.what());
+        return 2;
+    }
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,33 @@
+package org.mamba4j;
+
+/**
+ * What a training call reports.
+ *
+ * @param step              optimizer steps taken so far, after this call
+ * @param optimizerStepped  whether this call ran an optimizer step
+ * @param skipped           an optimizer step was asked for but skipped because the gradient norm was NaN
+ *                          or infinite (the weights are unchanged and the gradients were discarded)
+ * @param gradNorm          the global L2 norm of the gradient before clipping, for calls that ran (or
+ *                          tried) an optimizer step; NaN for accumulate-only calls
+ * @param learningRate      the learning rate of this call's optimizer step (the current one otherwise)
+ * @param loss              the micro-batch's mean loss for the fused loss calls; NaN otherwise
+ * @param accuracy          cross-entropy calls: the fraction of counted positions whose argmax is the
+ *                          target; NaN otherwise
+ * @param counted           targets the loss counted (cross-entropy: positions not ignored; MSE: elements);
+ *                          0 without a loss
+ */
+public record StepResult(long step, boolean optimizerStepped, boolean skipped, double gradNorm, double learningRate,
+                         double loss, double accuracy, long counted) {
+
+    @Override
+    public String toString() {
+        StringBuilder s = new StringBuilder("step ").append(step);
+        if (!Double.isNaN(loss)) s.append(String.format(" loss %.5f", loss));
+        if (!Double.isNaN(accuracy)) s.append(String.format(" acc %.1f%%", 100 * accuracy));
+        if (!Double.isNaN(gradNorm)) s.append(String.format(" |g| %.4g", gradNorm));
+        s.append(String.format(" lr %.3g", learningRate));
+        if (skipped) s.append(" (skipped: non-finite gradient)");
+        else if (!optimizerStepped) s.append(" (accumulated)");
+        return s.toString();
+    }
+}

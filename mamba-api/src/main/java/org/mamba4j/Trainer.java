@@ -1,0 +1,654 @@
+package org.mamba4j;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import org.mamba4j.nativ.AdamWConfig;
+import org.mamba4j.nativ.StepStats;
+import org.mamba4j.nativ.global.libmamba;
+
+/**
+ * Trains a {@link MambaModel} with backpropagation through time and AdamW.
+ *
+ * <pre>{@code
+ * try (Trainer t = Trainer.builder(model).batch(16).seqLen(64)
+ *         .adamW(AdamW.ofLearningRate(1e-3).weightDecay(0.01)).clipGradNorm(1.0).build()) {
+ *     StepResult r = t.step(inputs, dOutput);              // fused: forward + backward + AdamW
+ *     float[] y = t.forward(inputs);                       // split: any loss computed in Java …
+ *     t.backward(MseLoss.compute(y, targets).gradient()); // … then backward + clip + AdamW
+ * }
+ * }</pre>
+ *
+ * <p><b>Weights.</b> The trainer updates the model's own parameters in place: after an optimizer step the
+ * model's {@code forward}/{@code step} calls see the new weights. {@link #snapshot()} copies them into a
+ * separate model (e.g. a frozen target network). Do not change the model's parameters between a
+ * {@link #forward} and its {@link #backward}.
+ *
+ * <p><b>Shapes.</b> Every call works on one batch of {@link #batch()} sequences of {@link #seqLen()} steps:
+ * inputs {@code [B, T, inputWidth]}, outputs and output gradients {@code [B, T, dModel]}, all row-major.
+ * Each sequence starts from a zero recurrent state unless {@link #burnIn} or {@link #startFrom} prepared
+ * one for the next forward; the start state receives no gradient (truncated BPTT).
+ *
+ * <p><b>Gradients.</b> Backward calls add to the accumulated gradient; an optimizer step clips the whole
+ * gradient vector to {@link Builder#clipGradNorm} (reporting the pre-clip norm), runs AdamW and clears it.
+ * Scale conventions for accumulation: see {@link BackwardOptions}.
+ *
+ * <p><b>Losses.</b> Any loss computed in Java goes through {@link #forward} + {@link #backward}; MSE also
+ * exists fused ({@link #stepMse}), and softmax cross-entropy over a learnable linear head
+ * ({@link Builder#crossEntropyHead}) is fused natively ({@link #stepCrossEntropy}): logits never leave
+ * native memory. The head is trained by the same AdamW and read back with {@link #head()}.
+ *
+ * <p><b>Reinforcement learning.</b> A target network's forward needs no tape: use {@link #targetForward}
+ * (the model's inference forward) or a {@link #snapshot()} updated every N steps.
+ *
+ * <p><b>Determinism.</b> Results are bit-identical from run to run and for any thread count: batch rows and
+ * channel blocks are split over threads, and every reduction across them runs in a fixed order.
+ *
+ * <p><b>Threads and lifetime.</b> Calls are serialised with the model's own calls. The model must stay
+ * open while the trainer is used; every call after {@link #close()} (of either) throws
+ * {@link IllegalStateException}. Training runs on the CPU; see {@link #supports(Device)}.
+ */
+public final class Trainer implements AutoCloseable {
+    /** PyTorch's default ignore index for cross-entropy targets. */
+    public static final int DEFAULT_IGNORE_INDEX = -100;
+
+    private final MambaModel model;
+    private final org.mamba4j.nativ.Trainer peer;
+    private final int batch, seqLen, ignoreIndex, vocab;
+    private final List<String> names;
+    private final LearningRateSchedule schedule;
+    private volatile AdamW adamW;
+    private volatile boolean closed;
+
+    private Trainer(Builder b) {
+        this.model = b.model;
+        this.batch = b.batch;
+        this.seqLen = b.seqLen;
+        this.ignoreIndex = b.ignoreIndex;
+        this.vocab = b.vocab;
+        this.schedule = b.schedule;
+        this.adamW = b.adamW;
+        synchronized (model) {
+            model.checkOpen();
+            try {
+                if (b.threads > 0) libmamba.setCpuThreads(b.threads);
+                peer = new org.mamba4j.nativ.Trainer(model.peer(), batch, seqLen);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+            try {
+                if (b.vocab > 0) peer.addHead(b.vocab, b.headSeed);
+                List<String> n = new ArrayList<>();
+                for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
+                names = Collections.unmodifiableList(n);
+                applyAdamW(adamW);
+                peer.setClipGradNorm((float) b.clip);
+            } catch (RuntimeException e) {
+                peer.close();
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** A builder for a trainer of {@code model}'s weights. */
+    public static Builder builder(MambaModel model) {
+        return new Builder(model);
+    }
+
+    /** Whether training runs on this device (the CPU always; CUDA once its backward stages exist). */
+    public static boolean supports(Device device) {
+        Native.load();
+        return libmamba.trainingSupported(device.code());
+    }
+
+    public MambaModel model() { return model; }
+    public int batch() { return batch; }
+    public int seqLen() { return seqLen; }
+    /** Floats per input position. */
+    public int inputWidth() { return model.inputWidth(); }
+    /** Floats per output position ({@code dModel}). */
+    public int outputWidth() { return model.outputWidth(); }
+    /** The head's vocabulary size, or 0 without a head. */
+    public int vocab() { return vocab; }
+
+    // ---- fused steps ----
+
+    /** Forward + backward of {@code dOutput} [B, T, dModel] + clip + AdamW. */
+    public StepResult step(float[] inputs, float[] dOutput) {
+        return step(inputs, dOutput, BackwardOptions.step());
+    }
+
+    /** Forward + backward of {@code dOutput} [B, T, dModel] (+ optimizer step, per {@code options}). */
+    public StepResult step(float[] inputs, float[] dOutput, BackwardOptions options) {
+        checkInputs(inputs);
+        checkOutputs("dOutput", dOutput);
+        Objects.requireNonNull(options, "options");
+        synchronized (model) {
+            checkOpen();
+            prepareStep(options.applyOptimizer());
+            try {
+                return result(peer.step(inputs, inputs.length, dOutput, dOutput.length, (float) options.scale(),
+                        options.applyOptimizer()), options.applyOptimizer(), false);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Forward + mean-squared error against {@code targets} [B, T, dModel] + backward + clip + AdamW. */
+    public StepResult stepMse(float[] inputs, float[] targets) {
+        return stepMse(inputs, targets, BackwardOptions.step());
+    }
+
+    /** Forward + MSE (mean over all elements, as {@link MseLoss}) + backward (+ optimizer step). */
+    public StepResult stepMse(float[] inputs, float[] targets, BackwardOptions options) {
+        checkInputs(inputs);
+        checkOutputs("targets", targets);
+        Objects.requireNonNull(options, "options");
+        synchronized (model) {
+            checkOpen();
+            prepareStep(options.applyOptimizer());
+            try {
+                return result(peer.stepMse(inputs, inputs.length, targets, targets.length, (float) options.scale(),
+                        options.applyOptimizer()), options.applyOptimizer(), false);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /**
+     * Forward + linear head + softmax cross-entropy against {@code targets} [B, T] (class indices, or the
+     * ignore index for positions that do not count) + backward + clip + AdamW. The loss is the mean over
+     * the counted positions; the result reports loss and accuracy.
+     */
+    public StepResult stepCrossEntropy(float[] inputs, int[] targets) {
+        return stepCrossEntropy(inputs, targets, BackwardOptions.step());
+    }
+
+    /** As {@link #stepCrossEntropy(float[], int[])}, with backward options. */
+    public StepResult stepCrossEntropy(float[] inputs, int[] targets, BackwardOptions options) {
+        checkInputs(inputs);
+        checkTargets(targets);
+        Objects.requireNonNull(options, "options");
+        synchronized (model) {
+            checkOpen();
+            prepareStep(options.applyOptimizer());
+            try {
+                return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
+                        (float) options.scale(), options.applyOptimizer()), options.applyOptimizer(), true);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Cross-entropy loss and accuracy of the current weights, without gradients. Discards a pending {@link #forward}. */
+    public StepResult evaluateCrossEntropy(float[] inputs, int[] targets) {
+        checkInputs(inputs);
+        checkTargets(targets);
+        synchronized (model) {
+            checkOpen();
+            checkHead();
+            try {
+                return result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    // ---- split forward / backward ----
+
+    /** Training forward: returns the outputs [B, T, dModel] and keeps what {@link #backward} needs. */
+    public float[] forward(float[] inputs) {
+        checkInputs(inputs);
+        float[] y = new float[batch * seqLen * outputWidth()];
+        synchronized (model) {
+            checkOpen();
+            try {
+                peer.forward(inputs, inputs.length, y, y.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+        return y;
+    }
+
+    /** Backward of the last {@link #forward} with {@code dOutput} = ∂L/∂outputs, then clip + AdamW. */
+    public StepResult backward(float[] dOutput) {
+        return backward(dOutput, BackwardOptions.step());
+    }
+
+    /** Backward of the last {@link #forward} (each forward allows one backward), per {@code options}. */
+    public StepResult backward(float[] dOutput, BackwardOptions options) {
+        checkOutputs("dOutput", dOutput);
+        Objects.requireNonNull(options, "options");
+        synchronized (model) {
+            checkOpen();
+            prepareStep(options.applyOptimizer());
+            try {
+                return result(peer.backward(dOutput, dOutput.length, (float) options.scale(), options.applyOptimizer()),
+                        options.applyOptimizer(), false);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Clip + AdamW with the gradients accumulated so far, then clears them. */
+    public StepResult optimizerStep() {
+        synchronized (model) {
+            checkOpen();
+            prepareStep(true);
+            try {
+                return result(peer.optimizerStep(), true, false);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Discards the accumulated gradients. */
+    public void zeroGrad() {
+        synchronized (model) {
+            checkOpen();
+            peer.zeroGrad();
+        }
+    }
+
+    /** ∂L/∂inputs of the last backward, [B, T, inputWidth] (for stacking models or feeding other layers). */
+    public float[] inputGradient() {
+        float[] dx = new float[batch * seqLen * inputWidth()];
+        synchronized (model) {
+            checkOpen();
+            try {
+                peer.readInputGradient(dx, dx.length);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+        return dx;
+    }
+
+    /** The accumulated gradient of one trainable tensor (zero right after an optimizer step). */
+    public float[] gradient(String name) {
+        int i = index(name);
+        float[] g = new float[Math.toIntExact(peer.paramSize(i))];
+        synchronized (model) {
+            checkOpen();
+            peer.readGrad(i, g, g.length);
+        }
+        return g;
+    }
+
+    // ---- recurrent state / RL ----
+
+    /**
+     * A forward with no tape and no gradient, from a zero state — e.g. a target network in RL (it runs the
+     * model's inference path; see {@link MambaModel#forward(float[], int, int)}). Any batch and length.
+     */
+    public float[] targetForward(float[] inputs, int batch, int steps) {
+        checkOpen();
+        return model.forward(inputs, batch, steps);
+    }
+
+    /**
+     * Burn-in: runs {@code prefix} [B, steps, inputWidth] from a zero state with no tape and no gradient;
+     * the <em>next</em> forward (or fused step) starts from the state it reached. Applies once.
+     */
+    public void burnIn(float[] prefix, int steps) {
+        Checks.positive("steps", steps);
+        Objects.requireNonNull(prefix, "prefix");
+        Checks.length("prefix", prefix.length, (long) batch * steps * inputWidth());
+        synchronized (model) {
+            checkOpen();
+            try {
+                peer.burnIn(prefix, prefix.length, steps);
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** The next forward starts from a copy of {@code state} (a state of this model with {@link #batch()} rows). Applies once. */
+    public void startFrom(MambaState state) {
+        checkState(state);
+        synchronized (model) {
+            checkOpen();
+            state.checkOpen();
+            try {
+                peer.setStartState(state.peer());
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    /** Copies the recurrent state reached at the end of the last forward into {@code state}. */
+    public void readEndState(MambaState state) {
+        checkState(state);
+        synchronized (model) {
+            checkOpen();
+            state.checkOpen();
+            try {
+                peer.readEndState(state.peer());
+            } catch (RuntimeException e) {
+                throw Native.translate(e);
+            }
+        }
+    }
+
+    // ---- optimizer ----
+
+    public AdamW adamW() { return adamW; }
+
+    /** The learning rate of the next optimizer step (a schedule overrides it at each step). */
+    public double learningRate() {
+        synchronized (model) {
+            checkOpen();
+            return peer.learningRate();
+        }
+    }
+
+    /** Changes the learning rate from the next optimizer step on (for hand-made schedules). */
+    public void setLearningRate(double lr) {
+        synchronized (model) {
+            checkOpen();
+            adamW = adamW.learningRate(lr);
+            peer.setLearningRate((float) lr);
+        }
+    }
+
+    /** Optimizer steps taken. */
+    public long stepCount() {
+        synchronized (model) {
+            checkOpen();
+            return peer.stepCount();
+        }
+    }
+
+    /** Trainable tensors: the model's parameters, then {@code lm_head.weight} and {@code lm_head.bias} with a head. */
+    public List<String> parameterNames() {
+        return names;
+    }
+
+    /** Whether weight decay applies to a tensor. */
+    public boolean weightDecay(String name) {
+        int i = index(name);
+        synchronized (model) {
+            checkOpen();
+            return peer.weightDecay(i);
+        }
+    }
+
+    /** AdamW's moments and step count, for a bit-identical resume. */
+    public OptimizerState exportOptimizerState() {
+        synchronized (model) {
+            checkOpen();
+            Map<String, float[]> m = new LinkedHashMap<>(), v = new LinkedHashMap<>();
+            for (int i = 0; i < names.size(); i++) {
+                float[] a = new float[Math.toIntExact(peer.paramSize(i))], b = new float[a.length];
+                peer.readMoment(0, i, a, a.length);
+                peer.readMoment(1, i, b, b.length);
+                m.put(names.get(i), a);
+                v.put(names.get(i), b);
+            }
+            return new OptimizerState(peer.stepCount(), m, v);
+        }
+    }
+
+    /** Restores AdamW's moments and step count (every tensor of this trainer must be present). */
+    public void importOptimizerState(OptimizerState state) {
+        Objects.requireNonNull(state, "state");
+        List<float[]> ms = new ArrayList<>(), vs = new ArrayList<>();
+        for (int i = 0; i < names.size(); i++) {
+            String name = names.get(i);
+            if (!state.names().contains(name))
+                throw new IllegalArgumentException("the optimizer state has no moments for '" + name + "'");
+            float[] a = state.firstMoment(name), b = state.secondMoment(name);
+            Checks.length("moments of " + name, a.length, peer.paramSize(i));
+            ms.add(a);
+            vs.add(b);
+        }
+        if (state.names().size() != names.size())
+            throw new IllegalArgumentException("the optimizer state holds " + state.names().size()
+                    + " tensors, this trainer " + names.size());
+        synchronized (model) {
+            checkOpen();
+            for (int i = 0; i < names.size(); i++) {
+                peer.writeMoment(0, i, ms.get(i), ms.get(i).length);
+                peer.writeMoment(1, i, vs.get(i), vs.get(i).length);
+            }
+            peer.setStepCount(state.step());
+        }
+    }
+
+    // ---- head and weights ----
+
+    /** A copy of the cross-entropy head's weights. */
+    public LinearHead head() {
+        synchronized (model) {
+            checkOpen();
+            checkHead();
+            int P = names.size() - 2;
+            float[] w = new float[Math.toIntExact(peer.paramSize(P))], b = new float[Math.toIntExact(peer.paramSize(P + 1))];
+            peer.readParam(P, w, w.length);
+            peer.readParam(P + 1, b, b.length);
+            return new LinearHead(b.length, outputWidth(), w, b);
+        }
+    }
+
+    /** Replaces the head's weights (same vocabulary and width), e.g. to resume from a saved head. */
+    public void loadHead(LinearHead head) {
+        Objects.requireNonNull(head, "head");
+        synchronized (model) {
+            checkOpen();
+            checkHead();
+            if (head.vocab() != vocab() || head.dModel() != outputWidth())
+                throw new IllegalArgumentException("the head is [" + head.vocab() + ", " + head.dModel() + "]; this trainer's is ["
+                        + vocab() + ", " + outputWidth() + "]");
+            int P = names.size() - 2;
+            float[] w = head.weight(), b = head.bias();
+            peer.writeParam(P, w, w.length);
+            peer.writeParam(P + 1, b, b.length);
+        }
+    }
+
+    /** A new model (same configuration, device and dtype) holding a copy of the current weights. */
+    public MambaModel snapshot() {
+        checkOpen();
+        MambaModel copy = MambaModel.builder(model.config()).inputDim(model.inputDim()).device(model.device())
+                .dtype(model.dtype()).build();
+        try {
+            snapshot(copy);
+            return copy;
+        } catch (RuntimeException e) {
+            copy.close();
+            throw e;
+        }
+    }
+
+    /** Copies the current weights into {@code into}, a model of the same configuration. */
+    public void snapshot(MambaModel into) {
+        Objects.requireNonNull(into, "into");
+        checkOpen();
+        if (into == model) return;
+        if (!into.config().equals(model.config()) || into.inputDim() != model.inputDim())
+            throw new IllegalArgumentException("snapshot needs a model of the same configuration and inputDim");
+        for (String name : model.parameterNames()) into.setParameter(name, model.getParameter(name));
+    }
+
+    /** True once closed. */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    /** Frees the trainer's native memory (gradients, moments, tape). The model stays open. Idempotent. */
+    @Override
+    public void close() {
+        synchronized (model) {
+            if (closed) return;
+            closed = true;
+            peer.close();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "Trainer{batch=" + batch + ", seqLen=" + seqLen + ", " + adamW + ", vocab=" + vocab() + "}";
+    }
+
+    // ---- internals ----
+
+    private void applyAdamW(AdamW a) {
+        try (AdamWConfig c = new AdamWConfig()) {
+            c.lr((float) a.learningRate()).beta1((float) a.beta1()).beta2((float) a.beta2()).eps((float) a.eps())
+                    .weight_decay((float) a.weightDecay());
+            peer.setAdamW(c);
+        }
+        for (int i = 0; i < names.size(); i++) peer.setWeightDecay(i, !a.isNoDecay(names.get(i)));
+    }
+
+    /** Before a call that may step the optimizer: the schedule's rate for the coming step. */
+    private void prepareStep(boolean apply) {
+        if (apply && schedule != null) {
+            double lr = schedule.learningRate(peer.stepCount());
+            if (!(lr >= 0) || Double.isInfinite(lr))
+                throw new IllegalStateException("the schedule gave learning rate " + lr + " for step " + peer.stepCount());
+            peer.setLearningRate((float) lr);
+        }
+    }
+
+    private StepResult result(StepStats s, boolean apply, boolean crossEntropy) {
+        try (s) {
+            boolean stepped = s.applied();
+            return new StepResult(s.step(), stepped, apply && !stepped, apply ? s.grad_norm() : Double.NaN,
+                    s.learning_rate(), s.has_loss() ? s.loss() : Double.NaN,
+                    s.has_loss() && crossEntropy ? s.accuracy() : Double.NaN, s.has_loss() ? s.counted() : 0);
+        }
+    }
+
+    private int index(String name) {
+        int i = names.indexOf(Objects.requireNonNull(name, "name"));
+        if (i < 0) throw new IllegalArgumentException("no trainable tensor named '" + name + "'");
+        return i;
+    }
+
+    private void checkHead() {
+        if (vocab() == 0)
+            throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab)");
+    }
+
+    private void checkInputs(float[] inputs) {
+        Objects.requireNonNull(inputs, "inputs");
+        Checks.length("inputs", inputs.length, (long) batch * seqLen * inputWidth());
+    }
+
+    private void checkOutputs(String what, float[] v) {
+        Objects.requireNonNull(v, what);
+        Checks.length(what, v.length, (long) batch * seqLen * outputWidth());
+    }
+
+    private void checkTargets(int[] targets) {
+        Objects.requireNonNull(targets, "targets");
+        Checks.length("targets", targets.length, (long) batch * seqLen);
+    }
+
+    private void checkState(MambaState state) {
+        Objects.requireNonNull(state, "state");
+        if (state.model() != model) throw new IllegalArgumentException("the state belongs to another model");
+        if (state.batch() != batch)
+            throw new IllegalArgumentException("the state holds " + state.batch() + " rows but the trainer's batch is " + batch);
+    }
+
+    private void checkOpen() {
+        if (closed) throw new IllegalStateException("this Trainer is closed");
+        model.checkOpen();
+    }
+
+    /** Fluent builder for {@link Trainer}. */
+    public static final class Builder {
+        private final MambaModel model;
+        private int batch = 1, seqLen = 1, threads = 0, vocab = 0, ignoreIndex = DEFAULT_IGNORE_INDEX;
+        private long headSeed = 0;
+        private AdamW adamW = AdamW.defaults();
+        private double clip = 0;
+        private LearningRateSchedule schedule;
+
+        private Builder(MambaModel model) {
+            this.model = Objects.requireNonNull(model, "model");
+        }
+
+        /** Sequences per step, B (default 1). */
+        public Builder batch(int batch) {
+            Checks.positive("batch", batch);
+            this.batch = batch;
+            return this;
+        }
+
+        /** Steps per sequence, T (default 1). */
+        public Builder seqLen(int seqLen) {
+            Checks.positive("seqLen", seqLen);
+            this.seqLen = seqLen;
+            return this;
+        }
+
+        /** The optimizer (default {@link AdamW#defaults()}). */
+        public Builder adamW(AdamW adamW) {
+            this.adamW = Objects.requireNonNull(adamW, "adamW");
+            return this;
+        }
+
+        /** Clips the global gradient norm to {@code maxNorm} before each optimizer step; 0 (default) disables. */
+        public Builder clipGradNorm(double maxNorm) {
+            if (!(maxNorm >= 0) || Double.isInfinite(maxNorm))
+                throw new IllegalArgumentException("clipGradNorm = " + maxNorm + " must be finite and >= 0");
+            this.clip = maxNorm;
+            return this;
+        }
+
+        /** Sets the learning rate before every optimizer step from a schedule (overrides AdamW's rate). */
+        public Builder schedule(LearningRateSchedule schedule) {
+            this.schedule = Objects.requireNonNull(schedule, "schedule");
+            return this;
+        }
+
+        /**
+         * CPU threads for libmamba and OpenBLAS — a process-wide setting ({@code setCpuThreads}); by default
+         * the current setting is kept. Results do not depend on it.
+         */
+        public Builder threads(int threads) {
+            Checks.positive("threads", threads);
+            this.threads = threads;
+            return this;
+        }
+
+        /** Adds a learnable linear head [vocab, dModel] + bias for {@link Trainer#stepCrossEntropy}. */
+        public Builder crossEntropyHead(int vocab) {
+            Checks.positive("vocab", vocab);
+            this.vocab = vocab;
+            return this;
+        }
+
+        /** Seed of the head's initialisation (default 0). */
+        public Builder headSeed(long seed) {
+            this.headSeed = seed;
+            return this;
+        }
+
+        /** Cross-entropy targets equal to this index do not count (default -100, as in PyTorch). */
+        public Builder ignoreIndex(int ignoreIndex) {
+            this.ignoreIndex = ignoreIndex;
+            return this;
+        }
+
+        /** Allocates the trainer (gradients, AdamW moments, activation tape). */
+        public Trainer build() {
+            return new Trainer(this);
+        }
+    }
+}

@@ -1,0 +1,166 @@
+package org.mamba4j.lm;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.Objects;
+import java.util.function.Consumer;
+import org.mamba4j.DType;
+import org.mamba4j.Device;
+import org.mamba4j.MambaModel;
+import org.mamba4j.MambaState;
+
+/**
+ * A Mamba language model: token embedding → Mamba-1 backbone → final norm → LM head (tied or untied),
+ * with prompt prefill in one pass and sampled or greedy decoding.
+ *
+ * <pre>{@code
+ * try (MambaLM lm = MambaLM.fromPretrained(Path.of("mamba-130m-hf"), Device.best(), DType.BF16)) {
+ *     lm.generate("The capital of France is", Sampling.greedy().maxNewTokens(20), System.out::print);
+ * }
+ * }</pre>
+ * Not thread-safe for concurrent generations (one at a time per instance).
+ */
+public final class MambaLM implements AutoCloseable {
+    private final MambaModel model;
+    private final Tokenizer tokenizer;  // null when the folder has no tokenizer.json
+    private final int vocabSize;        // the real vocabulary; logits beyond it (padding rows) are ignored
+
+    /** Wraps a language model (vocabSize > 0); {@code vocabSize} ≤ its padded vocabulary; tokenizer may be null. */
+    public MambaLM(MambaModel model, int vocabSize, Tokenizer tokenizer) {
+        this.model = Objects.requireNonNull(model, "model");
+        if (model.vocabSize() == 0) throw new IllegalArgumentException("the model has no vocabulary (build it with vocabSize)");
+        if (vocabSize < 1 || vocabSize > model.vocabSize())
+            throw new IllegalArgumentException("vocabSize = " + vocabSize + " must be in [1, " + model.vocabSize() + "]");
+        this.vocabSize = vocabSize;
+        this.tokenizer = tokenizer;
+    }
+
+    /** Loads a HuggingFace Mamba folder (config.json + safetensors, tokenizer.json if present). */
+    public static MambaLM fromPretrained(Path dir, Device device, DType dtype) {
+        return fromPretrained(dir, device, dtype, LoadListener.NONE);
+    }
+
+    /** As {@link #fromPretrained(Path, Device, DType)}, reporting progress per tensor. */
+    public static MambaLM fromPretrained(Path dir, Device device, DType dtype, LoadListener listener) {
+        try (HfCheckpoint ckpt = HfCheckpoint.open(dir)) {
+            MambaModel model = ckpt.load(device, dtype, listener);
+            Tokenizer tok = null;
+            try {
+                if (Files.isRegularFile(dir.resolve("tokenizer.json"))) tok = Tokenizer.fromFile(dir.resolve("tokenizer.json"));
+                return new MambaLM(model, ckpt.config.vocabSize(), tok);
+            } catch (RuntimeException e) {
+                model.close();
+                if (tok != null) tok.close();
+                throw e;
+            }
+        }
+    }
+
+    /** The model (for parameters, saving, states). */
+    public MambaModel model() { return model; }
+    /** The real vocabulary size (≤ the padded rows of the embedding). */
+    public int vocabSize() { return vocabSize; }
+    /** The tokenizer found next to the weights, or null. */
+    public Tokenizer tokenizer() { return tokenizer; }
+
+    /** Logits of every position of one prompt from a fresh state: [T · paddedVocab]. */
+    public float[] logits(int[] prompt) {
+        requirePrompt(prompt);
+        return model.forwardTokens(null, prompt, 1, prompt.length);
+    }
+
+    /** Generates from one token prompt; returns the new tokens (stop token included if hit). */
+    public int[] generate(int[] prompt, Sampling sampling, TokenListener listener) {
+        return generate(new int[][] {prompt}, sampling, listener)[0];
+    }
+
+    /**
+     * Generates for several prompts at once: each prompt is prefilled on its own, then all rows decode
+     * together with independent samplers (seeded by {@code sampling.seed()}), so each row follows the same
+     * trajectory as generating it alone (up to float rounding of batched products). A row stops at a stop
+     * token or after maxNewTokens; returns each row's new tokens.
+     */
+    public int[][] generate(int[][] prompts, Sampling sampling, TokenListener listener) {
+        Objects.requireNonNull(sampling, "sampling");
+        Objects.requireNonNull(listener, "listener");
+        int B = prompts.length;
+        if (B == 0) throw new IllegalArgumentException("no prompts");
+        for (int[] p : prompts) requirePrompt(p);
+        int V = model.vocabSize(), maxNew = sampling.maxNewTokens();
+        int[][] out = new int[B][];
+        int[] lengths = new int[B];
+        int[][] history = new int[B][];
+        TokenSampler[] samplers = new TokenSampler[B];
+        boolean[] done = new boolean[B];
+        float[] logits = new float[B * V];
+        try (MambaState state = model.newState(B); MambaState one = model.newState(1)) {
+            float[] rowLogits = new float[V];
+            for (int b = 0; b < B; b++) {  // prefill each prompt in one pass, then park its state in row b
+                one.reset();
+                model.prefillTokens(one, prompts[b], prompts[b].length, rowLogits);
+                state.writeRow(b, one.readRow(0));
+                System.arraycopy(rowLogits, 0, logits, b * V, V);
+                history[b] = Arrays.copyOf(prompts[b], prompts[b].length + maxNew);
+                samplers[b] = new TokenSampler(sampling);
+                out[b] = new int[maxNew];
+            }
+            int[] next = new int[B];
+            for (int step = 0; step < maxNew; step++) {
+                boolean any = false;
+                for (int b = 0; b < B; b++) {
+                    if (done[b]) continue;
+                    int tok = samplers[b].next(logits, b * V, vocabSize, history[b], prompts[b].length + lengths[b]);
+                    history[b][prompts[b].length + lengths[b]] = tok;
+                    out[b][lengths[b]++] = tok;
+                    listener.onToken(b, tok);
+                    next[b] = tok;
+                    if (sampling.isStopToken(tok) || lengths[b] == maxNew) done[b] = true;
+                    else any = true;
+                }
+                if (!any) break;
+                model.stepTokens(state, next, logits);  // finished rows keep stepping their last token, ignored
+            }
+        }
+        for (int b = 0; b < B; b++) out[b] = Arrays.copyOf(out[b], lengths[b]);
+        return out;
+    }
+
+    /**
+     * Text in, text out with the bundled tokenizer: streams decoded text to {@code onText} as tokens arrive
+     * and returns the whole generated text. The tokenizer's end-of-text token stops generation too.
+     */
+    public String generate(String prompt, Sampling sampling, Consumer<String> onText) {
+        if (tokenizer == null) throw new IllegalStateException("no tokenizer.json was found next to the model");
+        int[] ids = tokenizer.encode(prompt);
+        Integer eos = tokenizer.eosTokenId();
+        Sampling s = sampling;
+        if (eos != null) {
+            int[] stops = Arrays.copyOf(sampling.stopTokens(), sampling.stopTokens().length + 1);
+            stops[stops.length - 1] = eos;
+            s = sampling.stopTokens(stops);
+        }
+        Tokenizer.StreamDecoder decoder = tokenizer.streamDecoder(true);
+        generate(ids, s, (row, tok) -> {
+            String piece = decoder.push(tok);
+            if (!piece.isEmpty()) onText.accept(piece);
+        });
+        String tail = decoder.flush();
+        if (!tail.isEmpty()) onText.accept(tail);
+        return decoder.text();
+    }
+
+    private void requirePrompt(int[] prompt) {
+        if (prompt == null || prompt.length == 0) throw new IllegalArgumentException("the prompt is empty");
+        for (int i = 0; i < prompt.length; i++)
+            if (prompt[i] < 0 || prompt[i] >= vocabSize)
+                throw new IllegalArgumentException("prompt token " + prompt[i] + " at " + i + " is outside the vocabulary [0, " + vocabSize + ")");
+    }
+
+    /** Frees the model and the tokenizer. */
+    @Override
+    public void close() {
+        model.close();
+        if (tokenizer != null) tokenizer.close();
+    }
+}
