@@ -112,6 +112,59 @@ class TrainGradientCheckTest {
         }
     }
 
+    /**
+     * A shape that crosses the CPU kernels' internal boundaries: d_inner = 80 (a full and a partial channel
+     * block of 64) and T = 70 (a full and a partial scan chunk of 64), on two threads. Central differences
+     * on 17 evenly spread elements of every tensor and of the input (relative L2 over those elements).
+     */
+    @Test
+    void blockAndChunkBoundaries() {
+        Random rng = new Random(SEED + 4);
+        int B = 2, T = 70, IN = 2, threads = org.mamba4j.nativ.global.libmamba.cpuThreads();
+        try (MambaModel model = MambaModel.builder(Mamba1Config.builder().dModel(40).dState(4).dConv(4).layers(1).build())
+                .inputDim(IN).seed(5).build()) {
+            TestUtil.randomizeWeights(model, rng);
+            try (Trainer trainer = Trainer.builder(model).batch(B).seqLen(T).threads(2).build()) {
+                float[] prefix = TestUtil.random(rng, B * 2 * IN, 1);
+                float[] x = TestUtil.random(rng, B * T * IN, 1);
+                float[] P = TestUtil.random(rng, B * T * 40, 1);
+                trainer.burnIn(prefix, 2);
+                trainer.step(x, P, BackwardOptions.accumulate());
+                Mamba1TrainReference ref = new Mamba1TrainReference(model);
+                Mamba1TrainReference.State start = ref.zeroState(B);
+                ref.forward(Mamba1TrainReference.toDouble(prefix), B, 2, start);
+                double[] xd = Mamba1TrainReference.toDouble(x);
+                DoubleSupplier loss = () -> dot(ref.forward(xd, B, T, ref.copy(start)), P);
+                for (String name : model.parameterNames()) {
+                    double err = sampledError(trainer.gradient(name), ref.w.get(name), loss);
+                    assertTrue(err < TOL, name + ": relative error " + err);
+                }
+                double errX = sampledError(trainer.inputGradient(), xd, loss);
+                assertTrue(errX < TOL, "input gradient: relative error " + errX);
+            } finally {
+                org.mamba4j.nativ.global.libmamba.setCpuThreads(threads);
+            }
+        }
+    }
+
+    private static double sampledError(float[] g, double[] arr, DoubleSupplier loss) {
+        int k = Math.min(17, arr.length);
+        float[] got = new float[k];
+        double[] want = new double[k];
+        for (int j = 0; j < k; j++) {
+            int i = k == arr.length ? j : (int) ((long) j * (arr.length - 1) / (k - 1));
+            double v = arr[i];
+            arr[i] = v + H;
+            double lp = loss.getAsDouble();
+            arr[i] = v - H;
+            double lm = loss.getAsDouble();
+            arr[i] = v;
+            want[j] = (lp - lm) / (2 * H);
+            got[j] = g[i];
+        }
+        return TestUtil.relL2(got, want);
+    }
+
     /** The fused cross-entropy head: its loss, and the gradients of the head, a few layers and the input. */
     @Test
     void crossEntropyHeadMatchesFiniteDifferences() {

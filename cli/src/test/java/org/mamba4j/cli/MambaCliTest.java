@@ -1,0 +1,84 @@
+package org.mamba4j.cli;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.PrintWriter;
+import java.io.StringWriter;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.mamba4j.Mamba1Config;
+import org.mamba4j.MambaModel;
+import org.mamba4j.io.SafeTensors;
+
+/** The CLI end to end on a tiny HF-format folder made here (config.json + safetensors, no tokenizer needed for info/convert). */
+class MambaCliTest {
+    @TempDir static Path dir;
+    static Path model;
+
+    @BeforeAll
+    static void tinyModel() throws Exception {
+        System.setProperty("ENGINE_CACHE_DIR", Path.of("target", "djl-cache").toAbsolutePath().toString());
+        model = dir.resolve("tiny");
+        Files.createDirectories(model);
+        Files.writeString(model.resolve("config.json"), "{\"model_type\": \"mamba\", \"hidden_size\": 16, \"state_size\": 4,"
+                + " \"num_hidden_layers\": 2, \"expand\": 2, \"conv_kernel\": 4, \"time_step_rank\": \"auto\", \"vocab_size\": 8,"
+                + " \"use_bias\": false, \"layer_norm_epsilon\": 1e-5}");
+        List<SafeTensors.Entry> tensors = new ArrayList<>();
+        try (MambaModel m = MambaModel.builder(Mamba1Config.builder().dModel(16).dState(4).layers(2).build()).vocabSize(8).seed(3).build()) {
+            for (String n : m.parameterNames()) tensors.add(new SafeTensors.Entry(n, m.parameterShape(n), m.getParameter(n)));
+        }
+        SafeTensors.write(model.resolve("model.safetensors"), Map.of("format", "pt"), tensors);
+    }
+
+    private static String[] run(int expectedExit, String... args) {
+        StringWriter out = new StringWriter(), err = new StringWriter();
+        int code = MambaCli.run(args, new PrintWriter(out, true), new PrintWriter(err, true));
+        assertEquals(expectedExit, code, "exit code of " + String.join(" ", args) + "; stderr: " + err);
+        return new String[] {out.toString(), err.toString()};
+    }
+
+    @Test
+    void infoDescribesTheFolder() {
+        String out = run(0, "info", "--model", model.toString())[0];
+        assertTrue(out.contains("d_model:      16"), out);
+        assertTrue(out.contains("vocab:        8"), out);
+    }
+
+    @Test
+    void convertWritesALoadableCheckpoint() {
+        Path file = dir.resolve("tiny.safetensors");
+        String[] r = run(0, "convert", "--model", model.toString(), "--output", file.toString());
+        assertTrue(r[0].contains("wrote"), r[0]);
+        assertTrue(r[1].contains("100%"), "progress bar: " + r[1]);
+        try (MambaModel m = MambaModel.load(file)) {
+            assertEquals(8, m.vocabSize());
+        }
+    }
+
+    @Test
+    void badInputEndsWithOneClearLine() {
+        String err = run(1, "info", "--model", dir.resolve("nope").toString())[1];
+        assertEquals(1, err.strip().lines().count(), err);
+        assertTrue(err.startsWith("mamba4j: "), err);
+        String usage = run(2, "generate", "--model", model.toString(), "--prompt", "x", "--device", "tpu")[1];
+        assertTrue(usage.contains("--device must be"), usage);
+        String noTokenizer = run(1, "generate", "--model", model.toString(), "--prompt", "x")[1];
+        assertTrue(noTokenizer.contains("tokenizer"), noTokenizer);
+        assertTrue(run(2, "generate", "--model", model.toString(), "--prompt", "x", "--top-p", "2")[1].contains("topP"));
+    }
+
+    @Test
+    void helpReadsWell() {
+        String out = run(0, "--help")[0];
+        assertTrue(out.contains("generate") && out.contains("convert") && out.contains("info"), out);
+        String gen = run(0, "generate", "--help")[0];
+        assertTrue(gen.contains("--temperature") && gen.contains("--top-p") && gen.contains("--seed"), gen);
+    }
+}
