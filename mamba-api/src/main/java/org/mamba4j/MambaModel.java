@@ -6,6 +6,7 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
+import java.util.function.Supplier;
 import org.mamba4j.nativ.Model;
 import org.mamba4j.nativ.ModelConfig;
 
@@ -93,31 +94,18 @@ public final class MambaModel implements AutoCloseable {
      * launch overhead. Ignored on the CPU.
      */
     public void setCudaGraphs(boolean enabled) {
-        synchronized (this) {
-            checkOpen();
-            peer.setCudaGraphs(enabled);
-        }
+        call(() -> peer.setCudaGraphs(enabled));
     }
 
     /** Whether decode steps replay CUDA graphs. */
     public boolean cudaGraphs() {
-        synchronized (this) {
-            checkOpen();
-            return peer.cudaGraphs();
-        }
+        return callAndGet(() -> peer.cudaGraphs());
     }
 
     /** A zeroed state for {@code batch} independent sequences. Close it when done. */
     public MambaState newState(int batch) {
         Checks.positive("batch", batch);
-        synchronized (this) {
-            checkOpen();
-            try {
-                return new MambaState(this, new org.mamba4j.nativ.State(peer, batch));
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        return callAndGet(() -> new MambaState(this, new org.mamba4j.nativ.State(peer, batch)));
     }
 
     // ---- inference ----
@@ -134,14 +122,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.length("x", x.length, (long) state.batch() * inputWidth());
         Checks.length("y", y.length, (long) state.batch() * outputWidth());
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.step(state.peer(), x, x.length, y, y.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.step(state.peer(), x, x.length, y, y.length));
     }
 
     /** One step from direct buffers (positions honoured, limits not moved): no copies on the CPU. */
@@ -149,14 +130,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.buffer("x", x, (long) state.batch() * inputWidth());
         Checks.buffer("y", y, (long) state.batch() * outputWidth());
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.step(state.peer(), x, x.remaining(), y, y.remaining());
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.step(state.peer(), x, x.remaining(), y, y.remaining()));
     }
 
     /**
@@ -168,14 +142,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.length("x", x.length, (long) state.batch() * steps * inputWidth());
         float[] y = new float[state.batch() * outputWidth()];
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.prefill(state.peer(), x, x.length, steps, y, y.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.prefill(state.peer(), x, x.length, steps, y, y.length));
         return y;
     }
 
@@ -185,14 +152,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.buffer("x", x, (long) state.batch() * steps * inputWidth());
         Checks.buffer("y", y, (long) state.batch() * outputWidth());
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining());
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining()));
     }
 
     /** Every position's output for x [B, T, inputWidth] from a zero state: returns [B, T, dModel]. */
@@ -216,14 +176,7 @@ public final class MambaModel implements AutoCloseable {
         long n = (long) batch * steps * outputWidth();
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("output of " + n + " floats does not fit a Java array");
         float[] y = new float[(int) n];
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.forward(state == null ? null : state.peer(), x, x.length, batch, steps, y, y.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.forward(state == null ? null : state.peer(), x, x.length, batch, steps, y, y.length));
         return y;
     }
 
@@ -235,14 +188,7 @@ public final class MambaModel implements AutoCloseable {
         requireVocab();
         Checks.length("ids", ids.length, state.batch());
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length));
     }
 
     /** A prompt of {@code steps} tokens per row, ids [B, T], state carried; last position's logits [B · vocab]. */
@@ -252,14 +198,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.length("ids", ids.length, (long) state.batch() * steps);
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length));
     }
 
     /** Every position's logits [B, T, vocab] from a zero state (state null) or carrying a state of B rows. */
@@ -276,14 +215,7 @@ public final class MambaModel implements AutoCloseable {
         long n = (long) batch * steps * vocabSize;
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("logits of " + n + " floats do not fit a Java array");
         float[] logits = new float[(int) n];
-        synchronized (this) {
-            checkOpen();
-            try {
-                peer.forwardTokens(state == null ? null : state.peer(), ids, ids.length, batch, steps, logits, logits.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-        }
+        call(() -> peer.forwardTokens(state == null ? null : state.peer(), ids, ids.length, batch, steps, logits, logits.length));
         return logits;
     }
 
@@ -317,10 +249,7 @@ public final class MambaModel implements AutoCloseable {
     public float[] getParameter(String name) {
         int i = index(name);
         float[] v = new float[Math.toIntExact(peer.paramSize(i))];
-        synchronized (this) {
-            checkOpen();
-            peer.readParam(i, v, v.length);
-        }
+        call(() -> peer.readParam(i, v, v.length));
         return v;
     }
 
@@ -329,10 +258,7 @@ public final class MambaModel implements AutoCloseable {
         int i = index(name);
         Checks.length(name, values.length, peer.paramSize(i));
         Checks.finite(name, values);
-        synchronized (this) {
-            checkOpen();
-            peer.writeParam(i, values, values.length);
-        }
+        call(() -> peer.writeParam(i, values, values.length));
     }
 
     // ---- checkpoints ----
@@ -372,6 +298,23 @@ public final class MambaModel implements AutoCloseable {
     }
 
     // ---- internals ----
+
+    /** Runs one native call under the model lock, after the closed check, with native errors translated. */
+    private void call(Runnable nativeCall) {
+        callAndGet(() -> {
+            nativeCall.run();
+            return null;
+        });
+    }
+
+    private synchronized <T> T callAndGet(Supplier<T> nativeCall) {
+        checkOpen();
+        try {
+            return nativeCall.get();
+        } catch (RuntimeException e) {
+            throw Native.translate(e);
+        }
+    }
 
     Model peer() {
         checkOpen();
