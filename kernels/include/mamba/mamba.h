@@ -72,7 +72,41 @@ MAMBA_API std::string blasCoreName();
 
 class ModelImpl;
 class StateImpl;
+class TensorImpl;
 class Model;
+
+/**
+ * An owning buffer on a device (or the host for DEVICE_CPU) with a dtype and a shape, for zero-copy
+ * inputs/outputs and interop: data() is a device pointer other CUDA code can use. Host copies move
+ * whole buffers; float copies need an F32/TF32 tensor, byte copies work for any dtype.
+ */
+class MAMBA_API Tensor {
+public:
+    Tensor(int device, int dtype, const int64_t* shape, int rank);
+    ~Tensor();
+    Tensor(const Tensor&) = delete;
+    Tensor& operator=(const Tensor&) = delete;
+
+    int device() const;
+    int dtype() const;
+    int rank() const;
+    int64_t dim(int axis) const;
+    /** Number of elements. */
+    int64_t size() const;
+    int64_t bytes() const;
+    /** The buffer's address (device memory for CUDA tensors). */
+    void* data() const;
+    void copyFromHost(const float* src, int64_t count);
+    void copyToHost(float* dst, int64_t count) const;
+    void copyFromHostBytes(const void* src, int64_t bytes);
+    void copyToHostBytes(void* dst, int64_t bytes) const;
+    void zero();
+
+    TensorImpl* impl() const { return impl_; }
+
+private:
+    TensorImpl* impl_;
+};
 
 /**
  * Recurrent state of a batch of independent sequences: per row and layer the conv history
@@ -158,6 +192,9 @@ public:
      * With state == nullptr it starts from zeros and keeps no state; otherwise it carries it.
      */
     void forward(State* state, const float* x, int64_t xLength, int B, int T, float* y, int64_t yLength);
+
+    /** A decode step on F32 tensors already on the model's device: x [B, inputWidth] → y [B, d_model], no host copies. */
+    void stepTensors(State& state, const Tensor& x, Tensor& y);
 
     // ---- language models (vocab_size > 0): token ids in, logits over the vocabulary out ----
 

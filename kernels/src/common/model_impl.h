@@ -51,15 +51,16 @@ public:
     Buffer scratch_state, x_stage, y_stage;
     bool graphs = false;
 
-private:
-    /** Host input: float features, or token ids (4 bytes each, staged through the same buffer). */
+    /** Input: float features, or token ids (4 bytes each, staged through the same buffer). */
     struct Input {
         const float* x;
         const int32_t* ids;
     };
-    void run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions);
-    /** Launches the model on staged device input. */
+    /** Launches the model on input already in the backend's memory (no staging, no synchronisation). */
     void launch(float* state, Input staged, int B, int T, float* out, bool allPositions, const Weights& w);
+
+private:
+    void run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions);
     void runGraphStep(StateImpl& state, Input in, float* out);
     void dropGraphs() noexcept;
     std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, batch) -> captured step

@@ -134,6 +134,22 @@ public final class MambaModel implements AutoCloseable {
     }
 
     /**
+     * One step on tensors that already live on this model's device (F32, x [B · inputWidth], y [B · dModel]):
+     * no host copies at all — the fast path for GPU pipelines. Returns when y is written.
+     */
+    public void step(MambaState state, Tensor x, Tensor y) {
+        checkState(state);
+        Objects.requireNonNull(x, "x");
+        Objects.requireNonNull(y, "y");
+        if (!x.device().equals(device) || !y.device().equals(device))
+            throw new IllegalArgumentException("tensors must live on " + device + " (x on " + x.device() + ", y on " + y.device() + ")");
+        if (x.dtype() != DType.F32 || y.dtype() != DType.F32) throw new IllegalArgumentException("step tensors must be F32");
+        Checks.length("x", x.size(), (long) state.batch() * inputWidth());
+        Checks.length("y", y.size(), (long) state.batch() * outputWidth());
+        call(() -> peer.stepTensors(state.peer(), x.peer(), y.peer()));
+    }
+
+    /**
      * Consumes a whole prompt of T steps per row, x [B, T, inputWidth] (row-major), carrying the state in
      * and out; returns the last position's output [B · dModel]. Equal to T calls of {@link #step}.
      */
