@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device call that checks and times everything GPU-side (run on the H200 machine, from the repo root,
+# after `mvn -q install -DskipTests && ../shared/device/make-bundle.sh .device mamba-api benchmarks` here):
+#   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
+#   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
+# Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+steps=${*:-hf kernels tests bench}
+export MAMBA4J_HF_MODELS=/tmp/hf-models PYTHONUNBUFFERED=1
+for step in $steps; do
+  case $step in
+    hf) python3 scripts/hf_reference.py "$MAMBA4J_HF_MODELS" 2>&1 | tee "$OUT/hf_reference.log" ;;
+    kernels) [ -x .cudatest/kernel_test ] && .cudatest/kernel_test 2>&1 | tee "$OUT/kernel_test.log" ;;
+    tests) bash .device/run.sh tests --include-tag gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE '^\s+at ' | tail -80 ;;
+    bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench 2>&1 | tee "$OUT/decode_bench.log"
+           bash .device/run.sh main org.mamba4j.bench.GpuGenerateBench 2>&1 | tee "$OUT/generate_bench.log" ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
