@@ -73,8 +73,8 @@ struct ScanBackwardArgs {
     const float* z;            // [B*T, ldz]
     int64_t ldz;
     const float* d_skip;       // [channels]
-    const float* h0;           // per row b: [channels, d_state] as it was BEFORE the forward
-    int64_t h0_stride;
+    const float* checkpoints;  // per row b: [chunks][channels, d_state], h before steps 0, chunk, 2·chunk, …
+    int chunk;                 // steps between checkpoints (as given to selectiveScanTrain)
     const float* dout;         // [B*T, channels]: gradient of the gated output
     float* ddt;                // out: [B*T, channels] gradient of the pre-softplus dt (overwritten)
     float* dbc;                // out: [B*T, lddbc]: dB_t then dC_t (overwritten)
@@ -139,6 +139,14 @@ public:
 
     // ---- training (mamba1_train.cpp, trainer_api.cpp). Gradients accumulate (+=) unless said otherwise;
     // every reduction over rows must run in a fixed order so results do not depend on thread counts. ----
+    /**
+     * linear() whose results do not depend on the thread count (the training forward uses it, so training is
+     * reproducible for any thread count). Default: linear(), for backends without a thread count.
+     */
+    virtual void linearDeterministic(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias,
+                                     float* y, int64_t ldy, float beta) {
+        linear(x, ldx, rows, w, bias, y, ldy, beta);
+    }
     /** dx[r, 0:in] = beta·dx[r, 0:in] + dy[r, 0:out]·W (the f32 weights). */
     virtual void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
                                 float beta) {
@@ -155,6 +163,14 @@ public:
         throw std::runtime_error("training is not supported on this backend yet");
     }
     virtual void convSiluBackward(const ConvBackwardArgs& args) {
+        throw std::runtime_error("training is not supported on this backend yet");
+    }
+    /**
+     * selectiveScan for the training forward: the same outputs and state update, and also the SSM state of
+     * every row before steps 0, chunk, 2·chunk, … into checkpoints ([batch][ceil(steps/chunk)][channels,
+     * d_state]), which selectiveScanBackward recomputes the states from, one chunk at a time.
+     */
+    virtual void selectiveScanTrain(const ScanArgs& args, float* checkpoints, int chunk) {
         throw std::runtime_error("training is not supported on this backend yet");
     }
     virtual void selectiveScanBackward(const ScanBackwardArgs& args) {

@@ -19,7 +19,8 @@ void Mamba1Train::reserve(Backend& be, int B, int T) {
     const Dims& d = dims_;
     const int64_t R = static_cast<int64_t>(B) * T;
     const int E = d.d_inner;
-    if (R > rows_ || static_cast<int64_t>(resid_.size()) != d.n_layers + 1) {
+    const int64_t ckpt = static_cast<int64_t>(B) * ((T + kScanChunk - 1) / kScanChunk) * d.ssm_state;
+    if (R > rows_ || ckpt > ckpt_ || static_cast<int64_t>(resid_.size()) != d.n_layers + 1) {
         resid_.clear();
         tape_.clear();
         for (int i = 0; i <= d.n_layers; ++i) resid_.emplace_back(be, R * d.d_model);
@@ -31,6 +32,7 @@ void Mamba1Train::reserve(Backend& be, int B, int T) {
             t.xdbl = Buffer(be, R * d.xdbl);
             t.dt = Buffer(be, R * E);
             t.gated = Buffer(be, R * E);
+            t.checkpoints = Buffer(be, ckpt);
             tape_.push_back(std::move(t));
         }
         dresid_ = Buffer(be, R * d.d_model);
@@ -41,6 +43,7 @@ void Mamba1Train::reserve(Backend& be, int B, int T) {
         dxdbl_ = Buffer(be, R * d.xdbl);
         dgated_ = Buffer(be, R * E);
         rows_ = R;
+        ckpt_ = ckpt;
     }
     work_state_.ensure(be, d.row_state * B);
 }
@@ -59,7 +62,8 @@ void Mamba1Train::forward(Backend& be, const Weights& w, const float* start, con
 
     // The residual stream entering layer 0: the input projection, or the input itself.
     if (table_.input_w >= 0)
-        be.linear(x, d.input_dim, R, matrix(w, table_.input_w), at(w, table_.input_b), resid_[0].data(), d.d_model, 0.f);
+        be.linearDeterministic(x, d.input_dim, R, matrix(w, table_.input_w), at(w, table_.input_b), resid_[0].data(),
+                               d.d_model, 0.f);
     else
         be.copy(resid_[0].data(), x, R * d.d_model);
 
@@ -70,23 +74,24 @@ void Mamba1Train::forward(Backend& be, const Weights& w, const float* start, con
         float* ssm = conv_hist + d.conv_state;
 
         be.rmsnorm(resid_[i].data(), d.d_model, at(w, L.norm), R, d.d_model, d.eps, tp.normed.data(), d.d_model);
-        be.linear(tp.normed.data(), d.d_model, R, matrix(w, L.in_proj), nullptr, tp.xz.data(), 2 * E, 0.f);
+        be.linearDeterministic(tp.normed.data(), d.d_model, R, matrix(w, L.in_proj), nullptr, tp.xz.data(), 2 * E, 0.f);
 
         ConvArgs c{tp.xz.data(), 2 * E, at(w, L.conv_w), at(w, L.conv_b), conv_hist, d.row_state,
                    tp.u.data(), E, B, T, E, d.d_conv};
         be.convSilu(c);
 
-        be.linear(tp.u.data(), E, R, matrix(w, L.x_proj), nullptr, tp.xdbl.data(), d.xdbl, 0.f);
-        be.linear(tp.xdbl.data(), d.xdbl, R, matrix(w, L.dt_w), at(w, L.dt_b), tp.dt.data(), E, 0.f);
+        be.linearDeterministic(tp.u.data(), E, R, matrix(w, L.x_proj), nullptr, tp.xdbl.data(), d.xdbl, 0.f);
+        be.linearDeterministic(tp.xdbl.data(), d.xdbl, R, matrix(w, L.dt_w), at(w, L.dt_b), tp.dt.data(), E, 0.f);
 
         ScanArgs s{tp.dt.data(), w.neg_a + static_cast<int64_t>(i) * d.ssm_state, tp.xdbl.data() + d.dt_rank, d.xdbl,
                    tp.u.data(), tp.xz.data() + E, 2 * E, at(w, L.d), ssm, d.row_state, tp.gated.data(), B, T, E,
                    d.d_state};
-        be.selectiveScan(s);
+        be.selectiveScanTrain(s, tp.checkpoints.data(), kScanChunk);
 
         // resid_[i+1] = resid_[i] + out_proj(gated)
         be.copy(resid_[i + 1].data(), resid_[i].data(), R * d.d_model);
-        be.linear(tp.gated.data(), E, R, matrix(w, L.out_proj), nullptr, resid_[i + 1].data(), d.d_model, 1.f);
+        be.linearDeterministic(tp.gated.data(), E, R, matrix(w, L.out_proj), nullptr, resid_[i + 1].data(), d.d_model,
+                               1.f);
     }
     be.rmsnorm(resid_[d.n_layers].data(), d.d_model, at(w, table_.norm_f), R, d.d_model, d.eps, y, d.d_model);
 }
@@ -107,7 +112,6 @@ void Mamba1Train::backward(Backend& be, const Weights& w, const float* dy, float
         const LayerParams& L = table_.layers[i];
         LayerTape& tp = tape_[i];
         const float* start_conv = start_ + i * d.layer_state;
-        const float* start_ssm = start_conv + d.conv_state;
 
         // out_proj (the residual passes dresid through unchanged).
         be.linearBackward(dresid, d.d_model, R, master(w, L.out_proj), dgated_.data(), E, 0.f);
@@ -115,7 +119,7 @@ void Mamba1Train::backward(Backend& be, const Weights& w, const float* dy, float
 
         // gate + D skip + scan + softplus: ddt, dB/dC (into dxdbl), du, dz (into dxz), dA_log, dD.
         ScanBackwardArgs sb{tp.dt.data(), w.neg_a + static_cast<int64_t>(i) * d.ssm_state, tp.xdbl.data() + d.dt_rank,
-                            d.xdbl, tp.u.data(), tp.xz.data() + E, 2 * E, at(w, L.d), start_ssm, d.row_state,
+                            d.xdbl, tp.u.data(), tp.xz.data() + E, 2 * E, at(w, L.d), tp.checkpoints.data(), kScanChunk,
                             dgated_.data(), ddt_.data(), dxdbl_.data() + d.dt_rank, d.xdbl, du_.data(),
                             dxz_.data() + E, 2 * E, grad(grads, L.a_log), grad(grads, L.d), B, T, E, d.d_state};
         be.selectiveScanBackward(sb);

@@ -1,13 +1,15 @@
 // Mamba-1 training: a forward over [B, T] that records what backward needs (the activation tape), and
 // backpropagation through time into every weight and into the input. Written once against the Backend
-// interface, stage by stage in the same order as Mamba1Model::run, so the training forward's outputs
-// are bit-identical to an inference forward of the same weights from the same state.
+// interface, stage by stage in the same order as Mamba1Model::run (its products go through
+// linearDeterministic, so outputs equal an inference forward's to f32 rounding, and are bit-identical
+// for any thread count).
 //
 // Tape per layer (rows r = b·T + t): the residual stream entering the layer, its RMSNorm output, the
 // in_proj output [x | z], u = SiLU(conv(x)), x_proj output [δ | B | C], dt_proj output (pre-softplus)
-// and the gated scan output. The conv output and the SSM states h_t are NOT kept: backward recomputes
-// them from x (with the starting conv history) and from the starting h, chunk by chunk
-// (the official checkpoint_lvl idea), so the tape is O(B·T·d) and never O(B·T·d_inner·d_state).
+// the gated scan output, and the SSM state every kScanChunk steps. The conv output and the SSM states
+// h_t are NOT kept: backward recomputes them from x (with the starting conv history) and from those
+// checkpoints, one chunk at a time (the official checkpoint_lvl idea), so the tape is
+// O(B·T·d + B·T/64·d_inner·d_state), never O(B·T·d_inner·d_state).
 #pragma once
 
 #include "buffer.h"
@@ -43,8 +45,10 @@ public:
     const float* endState() const { return work_state_.data(); }
 
 private:
+    // Steps between SSM-state checkpoints: bounds backward's per-task buffers (2·64·d_state·64 floats).
+    static constexpr int kScanChunk = 64;
     struct LayerTape {
-        Buffer normed, xz, u, xdbl, dt, gated;
+        Buffer normed, xz, u, xdbl, dt, gated, checkpoints;
     };
     Matrix matrix(const Weights& w, int index) const;
     Matrix master(const Weights& w, int index) const;  // the f32 weights, for backward products
@@ -55,6 +59,7 @@ private:
     const ParamTable& table_;
     int B_ = 0, T_ = 0;
     int64_t rows_ = 0;             // capacity in rows
+    int64_t ckpt_ = 0;             // capacity of each layer's checkpoints
     const float* x_ = nullptr;      // the last forward's input
     const float* start_ = nullptr;  // the last forward's starting state
     std::vector<Buffer> resid_;     // n_layers + 1: resid_[i] enters layer i; resid_[L] enters norm_f

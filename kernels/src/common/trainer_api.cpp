@@ -9,6 +9,7 @@
 #include "mamba1_train.h"
 #include "model_impl.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -93,7 +94,7 @@ public:
 
     Buffer start_state, tape_start;
     bool start_pending = false;
-    Buffer x_stage, y_stage, dy_stage, dx_stage, target_stage, burn_stage, burn_sink;
+    Buffer x_stage, y_stage, dy_stage, dx_stage, target_stage;
     bool have_tape = false, have_dx = false, have_end = false;
 
     int paramCount() const { return static_cast<int>(m.table.params().size()) + (vocab > 0 ? 2 : 0); }
@@ -151,12 +152,9 @@ public:
 
     StepStats optimizerStep() {
         StepStats st;
-        // Global norm over every trainable tensor, in index order (deterministic).
-        double ss = 0;
-        for (int i = 0; i < paramCount(); ++i) {
-            const Slot s = slot(i);
-            ss += be.sumOfSquares(s.g, s.n);
-        }
+        // Global norm over every trainable tensor (the flat buffers' alignment padding stays zero).
+        double ss = be.sumOfSquares(grads.data(), grads.size());
+        if (vocab > 0) ss += be.sumOfSquares(head_g.data(), head_g.size());
         const double norm = std::sqrt(ss);
         st.grad_norm = static_cast<float>(norm);
         st.learning_rate = opt.lr;
@@ -223,7 +221,8 @@ public:
 
     /** logits = y_stage · Wᵀ + b, then per-row loss/correct (and dlogits in place when grad). */
     void headLoss(int ignoreIndex, float scale, bool grad, int64_t counted, StepStats& st) {
-        be.linear(y_stage.data(), m.dims.d_model, R, headMatrix(), head.data() + head_bias, logits.data(), vocab, 0.f);
+        be.linearDeterministic(y_stage.data(), m.dims.d_model, R, headMatrix(), head.data() + head_bias, logits.data(),
+                               vocab, 0.f);
         const float s = counted > 0 ? scale / static_cast<float>(counted) : 0.f;
         be.crossEntropy(logits.data(), R, vocab, reinterpret_cast<const int32_t*>(targets.data()), ignoreIndex, s,
                         row_loss.data(), row_correct.data(), grad ? logits.data() : nullptr);
@@ -373,14 +372,25 @@ void Trainer::burnIn(const float* x, int64_t xLength, int steps) {
     Impl& t = *impl_;
     require(steps >= 1, "burn-in steps = " + std::to_string(steps) + " must be >= 1");
     require(x != nullptr, "burn-in input is null");
-    const int64_t n = static_cast<int64_t>(t.B) * steps * t.m.dims.in_width;
-    requireLength("burn-in input", xLength, n);
-    t.burn_stage.ensure(t.be, n);
-    t.burn_sink.ensure(t.be, static_cast<int64_t>(t.B) * t.m.dims.d_model);
-    t.be.upload(t.burn_stage.data(), x, n);
+    const int w = t.m.dims.in_width;
+    requireLength("burn-in input", xLength, static_cast<int64_t>(t.B) * steps * w);
+    // The training forward in chunks of at most seqLen steps (the tape's size), carrying the state; it keeps
+    // the reproducible products, and the tape it leaves is discarded.
+    t.have_tape = false;
+    const Weights wt = t.weights();
     t.be.zero(t.start_state.data(), t.m.dims.row_state * t.B);
-    // The inference forward: no tape, state carried out.
-    t.m.mamba1.run(t.be, t.weights(), t.start_state.data(), t.burn_stage.data(), t.B, steps, t.burn_sink.data(), false);
+    std::vector<float> chunk;
+    for (int s0 = 0; s0 < steps; s0 += t.T) {
+        const int n = std::min(t.T, steps - s0);
+        chunk.resize(static_cast<size_t>(t.B) * n * w);
+        for (int b = 0; b < t.B; ++b)
+            std::copy(x + (static_cast<int64_t>(b) * steps + s0) * w, x + (static_cast<int64_t>(b) * steps + s0 + n) * w,
+                      chunk.begin() + static_cast<int64_t>(b) * n * w);
+        t.be.upload(t.x_stage.data(), chunk.data(), static_cast<int64_t>(chunk.size()));
+        t.net.forward(t.be, wt, t.start_state.data(), t.x_stage.data(), t.B, n, t.y_stage.data());
+        t.be.copy(t.start_state.data(), t.net.endState(), t.m.dims.row_state * t.B);
+    }
+    t.have_end = false;
     t.start_pending = true;
 }
 

@@ -193,6 +193,10 @@ public:
     }
 
     // ---- training stages: implemented in cpu_backward.cpp ----
+    void linearDeterministic(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
+                             int64_t ldy, float beta) override {
+        cpu::linearDeterministic(x, ldx, rows, w, bias, y, ldy, beta);
+    }
     void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
                         float beta) override {
         cpu::linearBackward(dy, lddy, rows, w, dx, lddx, beta);
@@ -206,6 +210,9 @@ public:
         cpu::rmsnormBackward(x, ldx, w, dy, lddy, rows, d, eps, dx, lddx, beta, dw);
     }
     void convSiluBackward(const ConvBackwardArgs& args) override { cpu::convSiluBackward(args); }
+    void selectiveScanTrain(const ScanArgs& args, float* checkpoints, int chunk) override {
+        cpu::selectiveScanTrain(args, checkpoints, chunk);
+    }
     void selectiveScanBackward(const ScanBackwardArgs& args) override { cpu::selectiveScanBackward(args); }
     void scale(float* x, int64_t n, float s) override { cpu::scale(x, n, s); }
     double sumOfSquares(const float* x, int64_t n) override { return cpu::sumOfSquares(x, n); }

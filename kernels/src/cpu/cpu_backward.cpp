@@ -18,8 +18,6 @@ namespace {
 
 // Channels per task; the same block size as the forward kernels.
 constexpr int kBlock = 64;
-// Steps of the scan recomputed at once in backward (bounds the per-task buffers).
-constexpr int kScanChunk = 64;
 // Below this much work a stage runs on the calling thread.
 constexpr int64_t kMinParallelWork = 1 << 14;
 // Fixed chunk of elementwise reductions: partial sums per chunk, then summed in chunk order.
@@ -47,6 +45,79 @@ void columnSums(const float* x, int64_t ldx, int64_t rows, int cols, float* acc)
     });
 }
 
+/**
+ * Reusable workspaces: growing buffers kept between calls, so steady-state training allocates nothing (fresh
+ * pages cost a page fault per 4 KiB). scratch() belongs to the calling thread (the stage's partial sums),
+ * workerScratch() to whichever pool thread runs a task. Contents are never assumed zero.
+ */
+float* growBuffer(std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+    return v.data();
+}
+float* scratch(int slot, int64_t n) {
+    thread_local std::vector<float> bufs[4];
+    return growBuffer(bufs[slot], n);
+}
+float* workerScratch(int slot, int64_t n) {
+    thread_local std::vector<float> bufs[8];
+    return growBuffer(bufs[slot], n);
+}
+
+/**
+ * OpenBLAS's sgemm results depend on its own thread count (its partition changes the kernels that compute
+ * an element), so the training products run it single-threaded, on fixed tiles spread over our pool.
+ */
+class BlasSingleThread {
+public:
+    BlasSingleThread() : saved_(openblas_get_num_threads()) {
+        if (saved_ != 1) openblas_set_num_threads(1);
+    }
+    ~BlasSingleThread() {
+        if (saved_ != 1) openblas_set_num_threads(saved_);
+    }
+    BlasSingleThread(const BlasSingleThread&) = delete;
+    BlasSingleThread& operator=(const BlasSingleThread&) = delete;
+
+private:
+    int saved_;
+};
+
+// Tiles of C, each computed by one sgemm call: about 8 row tiles of 32..256 rows (a multiple of 16) by
+// 256-column tiles. A function of the shape only, never of the thread count.
+constexpr int64_t kTileN = 256;
+inline int64_t tileRows(int64_t M) { return std::min<int64_t>(256, std::max<int64_t>(32, (M / 8 + 15) / 16 * 16)); }
+
+/**
+ * C[M, N] = beta·C + op(A)·op(B) (row-major; op(A) is [M, K], op(B) is [K, N]) as independent tiles of
+ * C, each with the whole K range in one single-threaded sgemm.
+ */
+void gemmTiled(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    BlasSingleThread single;
+    const int64_t TM = tileRows(M);
+    const int64_t tm = (M + TM - 1) / TM, tn = (N + kTileN - 1) / kTileN;
+    const int64_t perTile = std::min(M, TM) * std::min(N, kTileN) * std::max<int64_t>(K, 1);
+    pool().parallelFor(tm * tn, perTile >= (1 << 16) ? 1 : std::max<int64_t>(1, (1 << 16) / perTile),
+                       [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t i0 = t / tn * TM, j0 = t % tn * kTileN;
+            const int64_t m = std::min(TM, M - i0), n = std::min(kTileN, N - j0);
+            const float* a = transA ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of A when transposed
+            const float* b = transB ? B + j0 * ldb : B + j0;
+            float* c = C + i0 * ldc + j0;
+            if (K == 0) {  // sgemm with K = 0 only scales C
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+                continue;
+            }
+            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                        static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), 1.f, a, static_cast<int>(lda), b,
+                        static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+        }
+    });
+}
+
 /** Deterministic Σ f(i) over [0, n): fixed chunks summed in double, chunk partials added in order. */
 template <class F>
 double chunkedSum(int64_t n, F f) {
@@ -62,24 +133,35 @@ double chunkedSum(int64_t n, F f) {
 
 }  // namespace
 
+void linearDeterministic(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
+                         int64_t ldy, float beta) {
+    if (bias) {  // y = beta·y + bias, then accumulate the product into it
+        for (int64_t r = 0; r < rows; ++r) {
+            float* yr = y + r * ldy;
+            for (int o = 0; o < w.out; ++o) yr[o] = (beta == 0.f ? 0.f : beta * yr[o]) + bias[o];
+        }
+        beta = 1.f;
+    }
+    // y[rows, out] = beta·y + x[rows, in] · W[out, in]ᵀ
+    gemmTiled(false, true, rows, w.out, w.in, x, ldx, w.f32, w.in, beta, y, ldy);
+}
+
 void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
                     float beta) {
     // dx[rows, in] = beta·dx + dy[rows, out] · W[out, in]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), w.in, w.out, 1.f, dy,
-                static_cast<int>(lddy), w.f32, w.in, beta, dx, static_cast<int>(lddx));
+    gemmTiled(false, false, rows, w.in, w.out, dy, lddy, w.f32, w.in, beta, dx, lddx);
 }
 
 void linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out, int in,
                       float* dw, float* dbias) {
-    // dw[out, in] += dy[rows, out]ᵀ · x[rows, in]: one product over every row.
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, static_cast<int>(rows), 1.f, dy,
-                static_cast<int>(lddy), x, static_cast<int>(ldx), 1.f, dw, in);
+    // dw[out, in] += dy[rows, out]ᵀ · x[rows, in]: every row in one product per tile.
+    gemmTiled(true, false, out, in, rows, dy, lddy, x, ldx, 1.f, dw, in);
     if (dbias) columnSums(dy, lddy, rows, out, dbias);
 }
 
 void rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy, int64_t rows, int d,
                      float eps, float* dx, int64_t lddx, float beta, float* dw) {
-    std::vector<float> rstd(static_cast<size_t>(rows));
+    float* rstd = scratch(3, rows);
     // Per row: ρ = 1/rms, x̂ = ρ·x, g = w ⊙ dy; dx = ρ·(g − x̂·mean(g ⊙ x̂)).
     pool().parallelFor(rows, kMinParallelWork / std::max(1, d), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
@@ -126,11 +208,12 @@ void convSiluBackward(const ConvBackwardArgs& c) {
     const int K = c.width, H = K - 1, T = c.steps, C = c.channels;
     const int blocks = (C + kBlock - 1) / kBlock;
     // Per-row partial weight gradients, summed over rows in row order afterwards.
-    std::vector<float> pdw(static_cast<size_t>(c.batch) * C * K), pdb(static_cast<size_t>(c.batch) * C);
+    float* pdw = scratch(0, static_cast<int64_t>(c.batch) * C * K);
+    float* pdb = scratch(1, static_cast<int64_t>(c.batch) * C);
     const int64_t work = static_cast<int64_t>(c.batch) * T * C * K;
     pool().parallelFor(static_cast<int64_t>(c.batch) * blocks, work > kMinParallelWork ? 1 : 1 << 30,
                        [&](int64_t t0, int64_t t1) {
-        std::vector<float> dcbuf(static_cast<size_t>(T) * kBlock);
+        float* dcbuf = workerScratch(0, static_cast<int64_t>(T) * kBlock);
         for (int64_t task = t0; task < t1; ++task) {
             const int b = static_cast<int>(task / blocks);
             const int d0 = static_cast<int>(task % blocks) * kBlock;
@@ -165,7 +248,7 @@ void convSiluBackward(const ConvBackwardArgs& c) {
                     for (int j = 0; j < nd; ++j) acc[j] += wt[k * kBlock + j] * sk[j * st];
                 }
                 const float* dur = c.du + (row0 + t) * c.ldu + d0;
-                float* dc = dcbuf.data() + static_cast<int64_t>(t) * kBlock;
+                float* dc = dcbuf + static_cast<int64_t>(t) * kBlock;
 #pragma omp simd
                 for (int j = 0; j < nd; ++j) {
                     dc[j] = dur[j] * dsilu(acc[j]);
@@ -184,22 +267,22 @@ void convSiluBackward(const ConvBackwardArgs& c) {
                 for (int k = 0; k < K; ++k) {
                     const int t = s + H - k;
                     if (t >= T) continue;
-                    const float* dc = dcbuf.data() + static_cast<int64_t>(t) * kBlock;
+                    const float* dc = dcbuf + static_cast<int64_t>(t) * kBlock;
 #pragma omp simd
                     for (int j = 0; j < nd; ++j) acc[j] += wt[k * kBlock + j] * dc[j];
                 }
                 std::copy(acc, acc + nd, c.dx + (row0 + s) * c.lddx + d0);
             }
-            float* pw = pdw.data() + (static_cast<int64_t>(b) * C + d0) * K;
+            float* pw = pdw + (static_cast<int64_t>(b) * C + d0) * K;
             for (int j = 0; j < nd; ++j)
                 for (int k = 0; k < K; ++k) pw[j * K + k] = gw[k * kBlock + j];
-            std::copy(gb, gb + nd, pdb.data() + static_cast<int64_t>(b) * C + d0);
+            std::copy(gb, gb + nd, pdb + static_cast<int64_t>(b) * C + d0);
         }
     });
     pool().parallelFor(C, kMinParallelWork / std::max(1, c.batch * K), [&](int64_t e0, int64_t e1) {
         for (int64_t d = e0; d < e1; ++d) {
             for (int b = 0; b < c.batch; ++b) {
-                const float* pw = pdw.data() + (static_cast<int64_t>(b) * C + d) * K;
+                const float* pw = pdw + (static_cast<int64_t>(b) * C + d) * K;
                 for (int k = 0; k < K; ++k) c.dw[d * K + k] += pw[k];
                 c.dbias[d] += pdb[static_cast<int64_t>(b) * C + d];
             }
@@ -207,87 +290,149 @@ void convSiluBackward(const ConvBackwardArgs& c) {
     });
 }
 
-void selectiveScanBackward(const ScanBackwardArgs& s) {
+namespace {
+
+/** exp(Δ·A) and the state update h ← Ā·h + Δu·B for one step of a channel block, [n][j] layout. */
+inline void scanStep(int N, int nd, const float* delta, const float* du, const float* At, const float* Bt,
+                     const float* hprev, float* h, float* abar) {
+    for (int n = 0; n < N; ++n) {
+        const float bn = Bt[n];
+        const float* an = At + n * kBlock;
+        const float* hp = hprev + n * kBlock;
+        float* hn = h + n * kBlock;
+        if (abar) {
+            float* e = abar + n * kBlock;
+#pragma omp simd
+            for (int j = 0; j < nd; ++j) {
+                e[j] = fastExp(delta[j] * an[j]);
+                hn[j] = e[j] * hp[j] + du[j] * bn;
+            }
+        } else {
+#pragma omp simd
+            for (int j = 0; j < nd; ++j) hn[j] = fastExp(delta[j] * an[j]) * hp[j] + du[j] * bn;
+        }
+    }
+}
+
+/** A [channels, N] block of rows d0.. (row-major, channel-major) into [n][j] with j < nd, and back. */
+inline void toLanes(const float* src, int N, int nd, float* dst) {
+    for (int j = 0; j < nd; ++j)
+        for (int n = 0; n < N; ++n) dst[n * kBlock + j] = src[static_cast<int64_t>(j) * N + n];
+}
+inline void fromLanes(const float* src, int N, int nd, float* dst) {
+    for (int j = 0; j < nd; ++j)
+        for (int n = 0; n < N; ++n) dst[static_cast<int64_t>(j) * N + n] = src[n * kBlock + j];
+}
+
+}  // namespace
+
+void selectiveScanTrain(const ScanArgs& s, float* checkpoints, int chunk) {
     const int N = s.d_state, T = s.steps, C = s.channels;
     const int blocks = (C + kBlock - 1) / kBlock;
+    const int chunks = (T + chunk - 1) / chunk;
+    const int64_t row_ckpt = static_cast<int64_t>(chunks) * C * N;
+    const int64_t work = static_cast<int64_t>(s.batch) * T * C * N / 4;
+    pool().parallelFor(static_cast<int64_t>(s.batch) * blocks, work > kMinParallelWork ? 1 : 1 << 30,
+                       [&](int64_t t0, int64_t t1) {
+        const int64_t slab = static_cast<int64_t>(N) * kBlock;
+        float* H = workerScratch(0, 2 * slab);  // two states, ping-pong
+        float* At = workerScratch(1, slab);
+        alignas(64) float delta[kBlock], du[kBlock], y[kBlock];
+        for (int64_t task = t0; task < t1; ++task) {
+            const int b = static_cast<int>(task / blocks);
+            const int d0 = static_cast<int>(task % blocks) * kBlock;
+            const int nd = std::min(kBlock, C - d0);
+            float* h = s.h + b * s.h_stride + static_cast<int64_t>(d0) * N;
+            float* ckpt = checkpoints + b * row_ckpt + static_cast<int64_t>(d0) * N;
+            toLanes(s.a + static_cast<int64_t>(d0) * N, N, nd, At);
+            toLanes(h, N, nd, H);
+            int cur = 0;
+            for (int t = 0; t < T; ++t) {
+                if (t % chunk == 0) fromLanes(H + cur * slab, N, nd, ckpt + static_cast<int64_t>(t / chunk) * C * N);
+                const int64_t r = static_cast<int64_t>(b) * T + t;
+                const float* dt = s.dt + r * C + d0;
+                const float* u = s.u + r * C + d0;
+                const float* z = s.z + r * s.ldz + d0;
+                const float* Bt = s.bc + r * s.ldbc;
+                const float* Ct = Bt + N;
+#pragma omp simd
+                for (int j = 0; j < nd; ++j) {
+                    delta[j] = softplus(dt[j]);
+                    du[j] = delta[j] * u[j];
+                    y[j] = s.d_skip[d0 + j] * u[j];
+                }
+                float* hn = H + (1 - cur) * slab;
+                scanStep(N, nd, delta, du, At, Bt, H + cur * slab, hn, nullptr);
+                for (int n = 0; n < N; ++n) {
+                    const float cn = Ct[n];
+                    const float* hv = hn + n * kBlock;
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) y[j] += hv[j] * cn;
+                }
+                float* out = s.out + r * C + d0;
+#pragma omp simd
+                for (int j = 0; j < nd; ++j) out[j] = y[j] * silu(z[j]);
+                cur = 1 - cur;
+            }
+            fromLanes(H + cur * slab, N, nd, h);
+        }
+    });
+}
+
+void selectiveScanBackward(const ScanBackwardArgs& s) {
+    const int N = s.d_state, T = s.steps, C = s.channels, K = s.chunk;
+    const int blocks = (C + kBlock - 1) / kBlock;
     const int64_t R = static_cast<int64_t>(s.batch) * T;
-    const int chunks = (T + kScanChunk - 1) / kScanChunk;
+    const int chunks = (T + K - 1) / K;
+    const int64_t row_ckpt = static_cast<int64_t>(chunks) * C * N;
     // dB_t, dC_t sum over channels: one partial per channel block, added in block order afterwards.
-    std::vector<float> pbc(static_cast<size_t>(blocks) * R * 2 * N);
+    float* pbc = scratch(0, static_cast<int64_t>(blocks) * R * 2 * N);
     // dA, dD sum over rows: one partial per row, added in row order afterwards.
-    std::vector<float> pda(static_cast<size_t>(s.batch) * C * N), pdd(static_cast<size_t>(s.batch) * C);
+    float* pda = scratch(1, static_cast<int64_t>(s.batch) * C * N);
+    float* pdd = scratch(2, static_cast<int64_t>(s.batch) * C);
     const int64_t work = R * C * N / 2;
     pool().parallelFor(static_cast<int64_t>(s.batch) * blocks, work > kMinParallelWork ? 1 : 1 << 30,
                        [&](int64_t t0, int64_t t1) {
-        const int64_t slab = static_cast<int64_t>(kBlock) * N;  // one step's state for a channel block
-        std::vector<float> bounds(static_cast<size_t>(chunks) * slab);  // h before each chunk
-        std::vector<float> hs(static_cast<size_t>(kScanChunk + 1) * slab);  // h_{t0-1} .. h_{t1-1}
-        std::vector<float> abar(static_cast<size_t>(kScanChunk) * slab);
-        std::vector<float> G(slab), gA(slab);
-        float delta[kBlock], gD[kBlock];
+        // Per task, states are laid out [n][j] (state index major, channel minor) so every inner loop runs
+        // over the block's channels in SIMD lanes; only dB/dC need a sum over channels (one per n and step).
+        const int64_t slab = static_cast<int64_t>(N) * kBlock;  // one step's state of a channel block
+        float* hs = workerScratch(1, static_cast<int64_t>(K + 1) * slab);  // h_{ta-1} .. h_{tb-1}
+        float* abar = workerScratch(2, static_cast<int64_t>(K) * slab);    // exp(Δ·A) per step
+        float* G = workerScratch(3, slab);   // ∂L/∂h carried backwards
+        float* gA = workerScratch(4, slab);  // Σ_t G·Δ·Ā·h_{t-1} (× A at the end)
+        float* At = workerScratch(5, slab);  // A transposed to [n][j]
+        alignas(64) float delta[kBlock], du[kBlock], dy[kBlock], sGB[kBlock], sDelta[kBlock], gD[kBlock];
+        alignas(64) float yv[kBlock];
         for (int64_t task = t0; task < t1; ++task) {
             const int b = static_cast<int>(task / blocks);
             const int blk = static_cast<int>(task % blocks);
             const int d0 = blk * kBlock;
             const int nd = std::min(kBlock, C - d0);
             const int64_t row0 = static_cast<int64_t>(b) * T;
-            const float* A = s.a + static_cast<int64_t>(d0) * N;
+            const float* Dskip = s.d_skip + d0;
+            const float* ckpt = s.checkpoints + b * row_ckpt + static_cast<int64_t>(d0) * N;
+            toLanes(s.a + static_cast<int64_t>(d0) * N, N, nd, At);
 
-            // Recomputes h over steps [ta, tb) from h_prev (slab), writing h_t to out + (t-ta)·slab and,
-            // when ab is not null, exp(Δ·A) to ab + (t-ta)·slab. The same formula as the forward scan.
-            auto recompute = [&](int ta, int tb, const float* hprev, float* out, float* ab) {
+            // Chunks in reverse: recompute each chunk's states from its checkpoint, then walk it backwards.
+            std::fill(G, G + slab, 0.f);
+            std::fill(gA, gA + slab, 0.f);
+            std::fill(gD, gD + kBlock, 0.f);
+            for (int c = chunks - 1; c >= 0; --c) {
+                const int ta = c * K, tb = std::min(T, ta + K);
+                // The chunk's states from its checkpoint: the forward's recurrence, step by step.
+                toLanes(ckpt + static_cast<int64_t>(c) * C * N, N, nd, hs);
                 for (int t = ta; t < tb; ++t) {
                     const int64_t r = row0 + t;
                     const float* dt = s.dt + r * C + d0;
                     const float* u = s.u + r * C + d0;
-                    const float* Bt = s.bc + r * s.ldbc;
-                    float* hn = out + static_cast<int64_t>(t - ta) * slab;
-                    float* an = ab ? ab + static_cast<int64_t>(t - ta) * slab : nullptr;
 #pragma omp simd
-                    for (int j = 0; j < nd; ++j) delta[j] = softplus(dt[j]);
                     for (int j = 0; j < nd; ++j) {
-                        const float dj = delta[j], du = dj * u[j];
-                        const float* ad = A + static_cast<int64_t>(j) * N;
-                        const float* hp = hprev + static_cast<int64_t>(j) * N;
-                        float* hj = hn + static_cast<int64_t>(j) * N;
-                        if (an) {
-                            float* aj = an + static_cast<int64_t>(j) * N;
-#pragma omp simd
-                            for (int n = 0; n < N; ++n) {
-                                const float e = fastExp(dj * ad[n]);
-                                aj[n] = e;
-                                hj[n] = e * hp[n] + du * Bt[n];
-                            }
-                        } else {
-#pragma omp simd
-                            for (int n = 0; n < N; ++n) hj[n] = fastExp(dj * ad[n]) * hp[n] + du * Bt[n];
-                        }
+                        delta[j] = softplus(dt[j]);
+                        du[j] = delta[j] * u[j];
                     }
-                    hprev = hn;
+                    scanStep(N, nd, delta, du, At, s.bc + r * s.ldbc, hs + static_cast<int64_t>(t - ta) * slab,
+                             hs + static_cast<int64_t>(t - ta + 1) * slab, abar + static_cast<int64_t>(t - ta) * slab);
                 }
-            };
-
-            // Pass 1: the state at the start of every chunk, from the starting h.
-            const float* h0 = s.h0 + b * s.h0_stride + static_cast<int64_t>(d0) * N;
-            for (int j = 0; j < nd; ++j)
-                std::copy(h0 + static_cast<int64_t>(j) * N, h0 + static_cast<int64_t>(j + 1) * N,
-                          bounds.data() + static_cast<int64_t>(j) * N);
-            for (int c = 0; c + 1 < chunks; ++c) {
-                const int ta = c * kScanChunk;
-                // Runs the chunk through hs, then keeps only its last state.
-                recompute(ta, ta + kScanChunk, bounds.data() + c * slab, hs.data(), nullptr);
-                std::copy(hs.data() + (kScanChunk - 1) * slab, hs.data() + kScanChunk * slab,
-                          bounds.data() + (c + 1) * slab);
-            }
-
-            // Pass 2: chunks in reverse; recompute each chunk's states, then walk it backwards.
-            std::fill(G.begin(), G.end(), 0.f);
-            std::fill(gA.begin(), gA.end(), 0.f);
-            std::fill(gD, gD + kBlock, 0.f);
-            for (int c = chunks - 1; c >= 0; --c) {
-                const int ta = c * kScanChunk, tb = std::min(T, ta + kScanChunk);
-                std::copy(bounds.data() + c * slab, bounds.data() + (c + 1) * slab, hs.data());
-                recompute(ta, tb, hs.data(), hs.data() + slab, abar.data());
                 for (int t = tb - 1; t >= ta; --t) {
                     const int64_t r = row0 + t;
                     const float* dt = s.dt + r * C + d0;
@@ -296,70 +441,81 @@ void selectiveScanBackward(const ScanBackwardArgs& s) {
                     const float* dout = s.dout + r * C + d0;
                     const float* Bt = s.bc + r * s.ldbc;
                     const float* Ct = Bt + N;
-                    const float* hcur = hs.data() + static_cast<int64_t>(t - ta + 1) * slab;
-                    const float* hprev = hs.data() + static_cast<int64_t>(t - ta) * slab;
-                    const float* ab = abar.data() + static_cast<int64_t>(t - ta) * slab;
+                    const float* hcur = hs + static_cast<int64_t>(t - ta + 1) * slab;
+                    const float* hprev = hs + static_cast<int64_t>(t - ta) * slab;
+                    const float* ab = abar + static_cast<int64_t>(t - ta) * slab;
                     float* ddt = s.ddt + r * C + d0;
                     float* du_out = s.du + r * C + d0;
                     float* dz = s.dz + r * s.lddz + d0;
-                    float gB[256], gC[256];  // d_state ≤ 256 (validated)
-                    std::fill(gB, gB + N, 0.f);
-                    std::fill(gC, gC + N, 0.f);
+                    float* pb = pbc + (static_cast<int64_t>(blk) * R + r) * 2 * N;  // this block's dB_t, dC_t
+
+                    // y = Σ_n h·C + D·u; the gate out = y·SiLU(z).
+#pragma omp simd
                     for (int j = 0; j < nd; ++j) {
-                        const int64_t jn = static_cast<int64_t>(j) * N;
-                        const float dtp = dt[j];
-                        const float dj = softplus(dtp);
-                        const float uj = u[j], Dj = s.d_skip[d0 + j];
-                        const float* hc = hcur + jn;
-                        const float* hp = hprev + jn;
-                        const float* aj = ab + jn;
-                        const float* ad = A + jn;
-                        float* g = G.data() + jn;
-                        float* ga = gA.data() + jn;
-                        // Output and gate: y = Σ h·C + D·u, out = y·SiLU(z).
-                        float yv = 0.f;
-#pragma omp simd reduction(+ : yv)
-                        for (int n = 0; n < N; ++n) yv += hc[n] * Ct[n];
-                        yv += Dj * uj;
-                        const float zj = z[j], sz = sigmoid(zj);
-                        const float dy = dout[j] * (zj * sz);
-                        dz[j] = dout[j] * yv * (sz * (1.f + zj * (1.f - sz)));
-                        gD[j] += dy * uj;
-                        const float du = dj * uj;
-                        float sGB = 0.f, sDelta = 0.f;
-#pragma omp simd reduction(+ : sGB, sDelta)
-                        for (int n = 0; n < N; ++n) {
-                            const float gn = g[n] + dy * Ct[n];  // ∂L/∂h_t
-                            gC[n] += dy * hc[n];
-                            gB[n] += gn * du;
-                            sGB += gn * Bt[n];
-                            const float gah = gn * aj[n] * hp[n];
-                            sDelta += gah * ad[n] + gn * Bt[n] * uj;
-                            ga[n] += gah * dj;
-                            g[n] = gn * aj[n];  // carry to h_{t-1}
-                        }
-                        du_out[j] = Dj * dy + dj * sGB;
-                        const float sp = dtp > 20.f ? 1.f : sigmoid(dtp);  // softplus'
-                        ddt[j] = sDelta * sp;
+                        delta[j] = softplus(dt[j]);
+                        yv[j] = Dskip[j] * u[j];
                     }
-                    float* pb = pbc.data() + (static_cast<int64_t>(blk) * R + r) * 2 * N;
-                    std::copy(gB, gB + N, pb);
-                    std::copy(gC, gC + N, pb + N);
+                    for (int n = 0; n < N; ++n) {
+                        const float cn = Ct[n];
+                        const float* h = hcur + n * kBlock;
+#pragma omp simd
+                        for (int j = 0; j < nd; ++j) yv[j] += h[j] * cn;
+                    }
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) {
+                        const float zj = z[j], sz = sigmoid(zj);
+                        dy[j] = dout[j] * (zj * sz);
+                        dz[j] = dout[j] * yv[j] * (sz * (1.f + zj * (1.f - sz)));
+                        gD[j] += dy[j] * u[j];
+                        du[j] = delta[j] * u[j];
+                        sGB[j] = 0.f;
+                        sDelta[j] = 0.f;
+                    }
+                    for (int n = 0; n < N; ++n) {
+                        const float bn = Bt[n], cn = Ct[n];
+                        const float* h = hcur + n * kBlock;
+                        const float* hp = hprev + n * kBlock;
+                        const float* e = ab + n * kBlock;
+                        const float* an = At + n * kBlock;
+                        float* g = G + n * kBlock;
+                        float* ga = gA + n * kBlock;
+                        float accB = 0.f, accC = 0.f;
+#pragma omp simd reduction(+ : accB, accC)
+                        for (int j = 0; j < nd; ++j) {
+                            const float gn = g[j] + dy[j] * cn;  // ∂L/∂h_t
+                            accC += dy[j] * h[j];
+                            accB += gn * du[j];
+                            sGB[j] += gn * bn;
+                            const float gah = gn * e[j] * hp[j];
+                            sDelta[j] += gah * an[j] + gn * bn * u[j];
+                            ga[j] += gah * delta[j];
+                            g[j] = gn * e[j];  // carried to h_{t-1}
+                        }
+                        pb[n] = accB;
+                        pb[N + n] = accC;
+                    }
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) {
+                        du_out[j] = Dskip[j] * dy[j] + delta[j] * sGB[j];
+                        const float sp = dt[j] > 20.f ? 1.f : sigmoid(dt[j]);  // softplus'
+                        ddt[j] = sDelta[j] * sp;
+                    }
                 }
             }
-            float* pa = pda.data() + (static_cast<int64_t>(b) * C + d0) * N;
-            std::copy(gA.begin(), gA.begin() + static_cast<int64_t>(nd) * N, pa);
-            std::copy(gD, gD + nd, pdd.data() + static_cast<int64_t>(b) * C + d0);
+            float* pa = pda + (static_cast<int64_t>(b) * C + d0) * N;
+            for (int j = 0; j < nd; ++j)
+                for (int n = 0; n < N; ++n) pa[static_cast<int64_t>(j) * N + n] = gA[n * kBlock + j];
+            std::copy(gD, gD + nd, pdd + static_cast<int64_t>(b) * C + d0);
         }
     });
     // dB, dC: sum the channel blocks in block order.
     pool().parallelFor(R, kMinParallelWork / std::max(1, blocks * 2 * N), [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             float* out = s.dbc + r * s.lddbc;
-            const float* p0 = pbc.data() + r * 2 * N;
+            const float* p0 = pbc + r * 2 * N;
             std::copy(p0, p0 + 2 * N, out);
             for (int blk = 1; blk < blocks; ++blk) {
-                const float* p = pbc.data() + (static_cast<int64_t>(blk) * R + r) * 2 * N;
+                const float* p = pbc + (static_cast<int64_t>(blk) * R + r) * 2 * N;
                 for (int n = 0; n < 2 * N; ++n) out[n] += p[n];
             }
         }
@@ -371,7 +527,7 @@ void selectiveScanBackward(const ScanBackwardArgs& s) {
             std::fill(acc.begin(), acc.end(), 0.f);
             float dd = 0.f;
             for (int b = 0; b < s.batch; ++b) {
-                const float* p = pda.data() + (static_cast<int64_t>(b) * C + d) * N;
+                const float* p = pda + (static_cast<int64_t>(b) * C + d) * N;
                 for (int n = 0; n < N; ++n) acc[n] += p[n];
                 dd += pdd[static_cast<int64_t>(b) * C + d];
             }

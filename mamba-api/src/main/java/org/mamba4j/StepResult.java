@@ -26,8 +26,8 @@ public record StepResult(long step, boolean optimizerStepped, boolean skipped, d
         if (!Double.isNaN(accuracy)) s.append(String.format(" acc %.1f%%", 100 * accuracy));
         if (!Double.isNaN(gradNorm)) s.append(String.format(" |g| %.4g", gradNorm));
         s.append(String.format(" lr %.3g", learningRate));
-        if (skipped) s.append(" (skipped: non-finite gradient)");
-        else if (!optimizerStepped) s.append(" (accumulated)");
+        if (skipped) s.append(" (optimizer step skipped: non-finite gradient)");
+        else if (!optimizerStepped) s.append(" (no optimizer step)");
         return s.toString();
     }
 }

@@ -176,6 +176,7 @@ public final class Trainer implements AutoCloseable {
         Objects.requireNonNull(options, "options");
         synchronized (model) {
             checkOpen();
+            checkHead();
             prepareStep(options.applyOptimizer());
             try {
                 return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,

@@ -89,11 +89,15 @@ class TrainerDeterminismTest {
         for (int i = 0; i < a.size(); i++) assertArrayEquals(a.get(i), b.get(i), what + ": item " + i + " differs");
     }
 
+    /**
+     * The training forward equals the inference forward to f32 rounding: the same stages, but its products run
+     * on fixed tiles (reproducible for any thread count) while inference lets OpenBLAS split them.
+     */
     @Test
-    void trainingForwardEqualsInferenceForwardBitForBit() {
+    void trainingForwardEqualsInferenceForward() {
         try (MambaModel m = model(); Trainer t = Trainer.builder(m).batch(B).seqLen(T).build()) {
             float[] x = inputs(0);
-            assertArrayEquals(m.forward(x, B, T), t.forward(x));
+            assertTrue(TestUtil.relL2(t.forward(x), m.forward(x, B, T)) < 1e-6);
             // and from a burn-in state: equal to the model's forward carrying a state through the prefix
             float[] prefix = inputs(1);
             try (MambaState s = m.newState(B)) {
@@ -101,10 +105,11 @@ class TrainerDeterminismTest {
                 System.arraycopy(prefix, 0, pre, 0, pre.length);
                 m.forward(s, pre, B, 3);
                 t.burnIn(pre, 3);
-                assertArrayEquals(m.forward(s, x, B, T), t.forward(x));
+                assertTrue(TestUtil.relL2(t.forward(x), m.forward(s, x, B, T)) < 1e-6);
                 try (MambaState end = m.newState(B)) {
                     t.readEndState(end);
-                    for (int b = 0; b < B; b++) assertArrayEquals(s.readRow(b), end.readRow(b), "end state row " + b);
+                    for (int b = 0; b < B; b++)
+                        assertTrue(TestUtil.relL2(end.readRow(b), s.readRow(b)) < 1e-6, "end state row " + b);
                 }
             }
         }
@@ -116,8 +121,10 @@ class TrainerDeterminismTest {
     }
 
     @Test
-    void oneAndTwoThreadsAreBitIdentical() {
-        assertBitIdentical(run(1), run(2), "1 vs 2 threads");
+    void oneTwoAndThreeThreadsAreBitIdentical() {
+        List<float[]> one = run(1);
+        assertBitIdentical(one, run(2), "1 vs 2 threads");
+        assertBitIdentical(one, run(3), "1 vs 3 threads");
     }
 
     @Test
@@ -162,11 +169,10 @@ class TrainerDeterminismTest {
                 double err = TestUtil.relL2(halves.gradient(n), full.gradient(n));
                 assertTrue(err < 1e-5, n + ": " + err);
             }
-            // One optimizer step on each: nearly the same weights.
+            // The optimizer sees the same gradient norm. (The weights after AdamW's first step are not compared:
+            // m̂/√v̂ = sign(g) amplifies rounding differences of near-zero gradient elements.)
             StepResult a = full.optimizerStep(), b = halves.optimizerStep();
             assertEquals(a.gradNorm(), b.gradNorm(), 1e-5 * a.gradNorm());
-            for (String n : m1.parameterNames())
-                assertTrue(TestUtil.relL2(m2.getParameter(n), m1.getParameter(n)) < 1e-5, n);
         }
     }
 
