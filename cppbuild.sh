@@ -45,7 +45,9 @@ if [ -f "$LIB" ] && [ -f "$PREFIX/.flags" ] && [ "$(cat "$PREFIX/.flags")" = "$S
   exit 0
 fi
 
-OBJ=$PREFIX/obj; rm -rf "$OBJ"; mkdir -p "$OBJ" "$PREFIX/lib" "$PREFIX/include" "$PREFIX/linkonly"
+mkdir -p "$PREFIX/lib" "$PREFIX/include" "$PREFIX/linkonly"
+# A private object folder and an atomic rename of the library: two builds at once cannot clobber each other.
+OBJ=$(mktemp -d "$PREFIX/obj.XXXXXX"); trap 'rm -rf "$OBJ"' EXIT
 CPP_SOURCES=$(find "$SRC/src/common" "$SRC/src/cpu" -name '*.cpp' | sort)
 if [ -n "$NVCC" ]; then
   CPP_SOURCES=$(echo "$CPP_SOURCES" | grep -v '/no_cuda.cpp$')
@@ -70,10 +72,11 @@ LIBS="-L$OPENBLAS -l:libopenblas.so.0 -lpthread -ldl"
 if [ -n "$NVCC" ]; then
   # Static cudart: at load time the library needs only libc/libstdc++; libcuda.so.1 when CUDA is first used.
   "$NVCC" -shared -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-    -o "$LIB" "$OBJ"/*.o $LIBS -Xlinker -soname=libmamba.so -Xlinker --no-undefined
+    -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Xlinker -soname=libmamba.so -Xlinker --no-undefined
 else
-  g++ -shared -o "$LIB" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
+  g++ -shared -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
 fi
+mv -f "$OBJ/libmamba.so" "$LIB"
 cp -r "$SRC/include/mamba" "$PREFIX/include/"
 # The preset inherits openblas_nolapack, whose link name the JNI link must resolve (see docs/architecture.md).
 ln -sf "$OPENBLAS/libopenblas.so.0" "$PREFIX/linkonly/libopenblas_nolapack.so"

@@ -5,14 +5,16 @@
 // Two shapes of the same arithmetic (acc = bias + Σ_k w[k]·v_k in tap order, then SiLU):
 //  - stepwise: one thread per (row b, channel) walks the T steps with the window in registers and
 //    rewrites the history itself — one launch, used for decode (T small) or when B·channels fill the GPU;
-//  - parallel: one thread per (position, channel) reads its K taps from x or the history, then a second
-//    small kernel rewrites the history (it must run after every position has read the old one).
+//  - parallel: one thread per (channel, tile of kTile positions) reads each position's K taps from x or
+//    the history (overlapping windows hit L1), then a second small kernel rewrites the history (it must
+//    run after every position has read the old one).
 #include "kernels.h"
 
 namespace mamba::cuda {
 namespace {
 
 constexpr int kMaxWidth = 8;
+constexpr int kTile = 8;  // positions per thread in the parallel kernel
 
 __global__ void convStepwiseKernel(ConvArgs c) {
     pdlWait();
@@ -54,19 +56,30 @@ __global__ void convParallelKernel(ConvArgs c) {
     pdlLaunchDependents();
     const int d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= c.channels) return;
-    const int64_t r = blockIdx.y + static_cast<int64_t>(blockIdx.z) * gridDim.y;  // position row b*T + t
-    if (r >= static_cast<int64_t>(c.batch) * c.steps) return;
-    const int b = static_cast<int>(r / c.steps), t = static_cast<int>(r % c.steps);
+    const int64_t tile = blockIdx.y + static_cast<int64_t>(blockIdx.z) * gridDim.y;
+    const int64_t rows = static_cast<int64_t>(c.batch) * c.steps;
     const int K = c.width, H = K - 1;
-    const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
-    const int64_t row0 = static_cast<int64_t>(b) * c.steps;
-    float acc = c.bias[d];
-    for (int k = 0; k < K; ++k) {
-        const int src = t - H + k;  // time of the input this tap multiplies
-        const float v = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
-        acc += c.w[d * K + k] * v;
+    float w[kMaxWidth];
+#pragma unroll
+    for (int k = 0; k < kMaxWidth; ++k) w[k] = k < K ? c.w[d * K + k] : 0.f;
+    const float bias = c.bias[d];
+    for (int j = 0; j < kTile; ++j) {
+        const int64_t r = tile * kTile + j;  // position row b*T + t
+        if (r >= rows) return;
+        const int b = static_cast<int>(r / c.steps), t = static_cast<int>(r % c.steps);
+        const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+        const int64_t row0 = static_cast<int64_t>(b) * c.steps;
+        float acc = bias;
+#pragma unroll
+        for (int k = 0; k < kMaxWidth; ++k) {
+            if (k < K) {
+                const int src = t - H + k;  // time of the input this tap multiplies
+                const float v = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
+                acc += w[k] * v;
+            }
+        }
+        c.u[r * c.ldu + d] = siluf(acc);
     }
-    c.u[r * c.ldu + d] = siluf(acc);
 }
 
 __global__ void convHistoryKernel(ConvArgs c) {
@@ -101,9 +114,9 @@ void convSilu(const Exec& ex, const ConvArgs& c) {
         launch("convSilu", ex, convStepwiseKernel, dim3(blocksFor(lanes, 128)), dim3(128), 0, c);
         return;
     }
-    const int64_t rows = static_cast<int64_t>(c.batch) * c.steps;
-    const unsigned ychunks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-    const unsigned zchunks = static_cast<unsigned>((rows + ychunks - 1) / ychunks);
+    const int64_t tiles = (static_cast<int64_t>(c.batch) * c.steps + kTile - 1) / kTile;
+    const unsigned ychunks = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
+    const unsigned zchunks = static_cast<unsigned>((tiles + ychunks - 1) / ychunks);
     const int threads = c.channels >= 128 ? 128 : 32;
     launch("convSilu", ex, convParallelKernel, dim3(blocksFor(c.channels, threads), ychunks, zchunks), dim3(threads),
            0, c);

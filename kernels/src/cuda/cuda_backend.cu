@@ -1,5 +1,5 @@
-// The CUDA backend: device memory, transfers, dispatch of each stage to its kernels or to cuBLAS, and
-// CUDA graphs. Kernels live in one file per stage (kernels.h lists them).
+// The CUDA backend: device memory, transfers, dispatch of each stage to its kernels or to cuBLAS, stage
+// fusion for decode, and CUDA graphs. Kernels live in one file per stage (kernels.h lists them).
 #include "cuda_backend.h"
 
 #include "../common/devices.h"
@@ -17,6 +17,8 @@ namespace cuda {
 namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // cuBLAS' recommendation for Hopper
 constexpr size_t kLowpWorkspaceBytes = 32u << 20;    // bf16/f16 activations of one cuBLAS chunk
+constexpr size_t kPinnedMaxBytes = 64u << 20;        // larger transfers go straight from pageable memory
+constexpr int kDtFuseMaxRank = 1024;                 // linears this narrow may be fused into the scan
 
 int toInt(int64_t v, const char* what) {
     if (v > std::numeric_limits<int>::max())
@@ -26,6 +28,14 @@ int toInt(int64_t v, const char* what) {
 }
 
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+bool envOff(const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, "0") == 0;
+}
+
+/** [a, a + n) and [b, b + m) (floats) do not overlap. */
+bool disjoint(const float* a, int64_t n, const float* b, int64_t m) { return a + n <= b || b + m <= a; }
 }  // namespace
 
 CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
@@ -33,12 +43,13 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
     int major = 0;
     check(cudaDeviceGetAttribute(&exec_.sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal), "cudaDeviceGetAttribute");
-    const char* env = std::getenv("MAMBA_CUDA_PDL");
-    pdl_ = major >= 9 && !(env && std::strcmp(env, "0") == 0);
+    pdl_ = major >= 9 && !envOff("MAMBA_CUDA_PDL");
+    fuse_ = !envOff("MAMBA_CUDA_FUSE");
     try {
         check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         exec_.stream = stream_;
         exec_.pdl = pdl_;
+        check(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming), "cudaEventCreate");
         const CublasApi& api = cublas();
         checkCublas(api.create(&blas_), "cublasCreate_v2");
         checkCublas(api.setStream(blas_, stream_), "cublasSetStream_v2");
@@ -52,6 +63,7 @@ CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
         if (blas_) cublas().destroy(blas_);
         if (blas_ws_) cudaFree(blas_ws_);
         if (lowp_ws_) cudaFree(lowp_ws_);
+        if (up_done_) cudaEventDestroy(up_done_);
         if (stream_) cudaStreamDestroy(stream_);
         cudaGetLastError();
         throw;
@@ -66,6 +78,9 @@ CudaBackend::~CudaBackend() {
     freeNow(lowp_ws_);
     freeNow(scan_ws_);
     releaseRetired();
+    if (pin_up_) cudaFreeHost(pin_up_);
+    if (pin_down_) cudaFreeHost(pin_down_);
+    cudaEventDestroy(up_done_);
     cudaStreamDestroy(stream_);
 }
 
@@ -89,15 +104,40 @@ void CudaBackend::setMath(int mode) {
 
 void CudaBackend::setScanAlgo(ScanAlgo algo, int chunk) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
+    flush();
     scan_algo_ = algo;
     scan_chunk_ = chunk;
 }
 
 void CudaBackend::setPdl(bool on) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
+    flush();
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal_);
     pdl_ = on && major >= 9;
+}
+
+void CudaBackend::setFusion(bool on) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    flush();
+    fuse_ = on;
+}
+
+void CudaBackend::flushPending() {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    enter();
+    flush();
+}
+
+void CudaBackend::flush() {
+    if (pn_.on) {
+        pn_.on = false;
+        cuda::rmsnorm(nextExec(), pn_.x, pn_.ldx, pn_.w, pn_.rows, pn_.d, pn_.eps, pn_.y, pn_.ldy);
+    }
+    if (pl_.on) {
+        pl_.on = false;
+        runLinear(pl_.x, pl_.ldx, pl_.rows, pl_.w, pl_.bias, pl_.y, pl_.ldy, pl_.beta);
+    }
 }
 
 // ---- memory ----
@@ -140,11 +180,16 @@ void CudaBackend::freeNow(void* p) noexcept {
 void CudaBackend::release(float* p) noexcept {
     if (!p) return;
     std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (cudaSetDevice(ordinal_) != cudaSuccess) cudaGetLastError();
+    try {
+        flush();  // a pending stage may read p
+    } catch (...) {
+        // its error surfaces again at the next synchronising call
+    }
     if (capturing_) {  // cudaFree would break the capture; free it when the capture ends
         deferred_.push_back(p);
         return;
     }
-    if (cudaSetDevice(ordinal_) != cudaSuccess) cudaGetLastError();
     freeNow(p);
 }
 
@@ -153,23 +198,56 @@ void CudaBackend::releaseRetired() noexcept {
     retired_.clear();
 }
 
+void* CudaBackend::pinned(void*& buf, size_t& cap, size_t bytes) {
+    if (bytes > kPinnedMaxBytes) return nullptr;
+    if (bytes <= cap) return buf;
+    size_t want = std::max<size_t>(cap ? cap * 2 : (1u << 20), bytes);
+    want = std::min(std::max(want, bytes), kPinnedMaxBytes);
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;  // fall back to pageable transfers
+    }
+    if (buf) cudaFreeHost(buf);  // callers made sure no copy still reads or writes it
+    buf = p;
+    cap = want;
+    return buf;
+}
+
 void CudaBackend::upload(float* dst, const float* host, int64_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (n <= 0) return;
     enter();
-    check(cudaMemcpyAsync(dst, host, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice, stream_),
-          "cudaMemcpyAsync (host to device)");
+    flush();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    serialize_next_ = true;  // uploads may write weights: the next kernel must not prefetch them early
+    check(cudaEventSynchronize(up_done_), "cudaEventSynchronize (upload staging)");
+    if (void* stage = capturing_ ? nullptr : pinned(pin_up_, pin_up_cap_, bytes)) {
+        // Through pinned memory: the caller's buffer is free on return, and the copy itself runs
+        // asynchronously in stream order (nothing waits for it here).
+        std::memcpy(stage, host, bytes);
+        check(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (host to device)");
+        check(cudaEventRecord(up_done_, stream_), "cudaEventRecord");
+        return;
+    }
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (host to device)");
     // The caller may reuse its buffer as soon as we return, pinned or not.
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after upload");
-    serialize_next_ = true;  // uploads write weights: the next kernel must not prefetch them early
 }
 
 void CudaBackend::download(float* host, const float* src, int64_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (n <= 0) return;
     enter();
-    check(cudaMemcpyAsync(host, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync (device to host)");
+    flush();
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (void* stage = capturing_ ? nullptr : pinned(pin_down_, pin_down_cap_, bytes)) {
+        check(cudaMemcpyAsync(stage, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
+        check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after download");
+        std::memcpy(host, stage, bytes);
+        return;
+    }
+    check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after download");
 }
 
@@ -177,6 +255,7 @@ void CudaBackend::copy(float* dst, const float* src, int64_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (n <= 0 || dst == src) return;
     enter();
+    flush();
     check(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
           "cudaMemcpyAsync (device to device)");
 }
@@ -185,6 +264,7 @@ void CudaBackend::zero(float* p, int64_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (n <= 0) return;
     enter();
+    flush();
     check(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), stream_), "cudaMemsetAsync");
 }
 
@@ -195,6 +275,29 @@ void CudaBackend::linear(const float* x, int64_t ldx, int64_t rows, const Matrix
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (rows <= 0) return;
     enter();
+    const bool lowp = w.lowp && (w.lowp_dtype == DTYPE_BF16 || w.lowp_dtype == DTYPE_F16);
+    const int wdtype = lowp ? w.lowp_dtype : DTYPE_F32;
+    const void* wp = lowp ? w.lowp : w.f32;
+    // rmsnorm → linear on its output: one gemv kernel normalises its input itself.
+    if (pn_.on && x == pn_.y && ldx == pn_.ldy && rows == pn_.rows && w.in == pn_.d && rows <= kGemvMaxRows &&
+        gemvNormFusable(wp, wdtype, w.in) && disjoint(y, rows * ldy, pn_.x, rows * pn_.ldx) &&
+        disjoint(y, rows * ldy, pn_.y, rows * pn_.ldy)) {
+        pn_.on = false;
+        const NormPrologue norm{pn_.x, pn_.ldx, pn_.w, pn_.eps, pn_.y, pn_.ldy};
+        gemv(nextExec(), x, ldx, static_cast<int>(rows), wp, wdtype, w.out, w.in, bias, y, ldy, beta, &norm);
+        return;
+    }
+    flush();
+    // A narrow decode linear may be the scan's Δ projection: keep it until we see the next call.
+    if (fuse_ && rows <= kGemvMaxRows && beta == 0.f && w.in <= kDtFuseMaxRank) {
+        pl_ = PendingLinear{true, x, ldx, rows, w, bias, y, ldy, beta};
+        return;
+    }
+    runLinear(x, ldx, rows, w, bias, y, ldy, beta);
+}
+
+void CudaBackend::runLinear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
+                            int64_t ldy, float beta) {
     const bool lowp = w.lowp && (w.lowp_dtype == DTYPE_BF16 || w.lowp_dtype == DTYPE_F16);
     const int wdtype = lowp ? w.lowp_dtype : DTYPE_F32;
     const Exec e = nextExec();
@@ -240,12 +343,19 @@ void CudaBackend::rmsnorm(const float* x, int64_t ldx, const float* w, int64_t r
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("rmsnorm: too many rows");
+    flush();
+    if (fuse_ && rows >= 1 && rows <= kGemvMaxRows && d <= kNormFuseMaxWidth &&
+        disjoint(x, rows * ldx, y, rows * ldy)) {
+        pn_ = PendingNorm{true, x, ldx, w, rows, d, eps, y, ldy};  // a linear on y may take it over
+        return;
+    }
     cuda::rmsnorm(nextExec(), x, ldx, w, rows, d, eps, y, ldy);
 }
 
 void CudaBackend::embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
+    flush();
     if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("embed: too many rows");
     cuda::embed(nextExec(), table, ids, rows, d, out);
 }
@@ -253,6 +363,7 @@ void CudaBackend::embed(const float* table, const int32_t* ids, int64_t rows, in
 void CudaBackend::negExp(const float* a_log, float* a, int64_t n) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
+    flush();
     cuda::negExp(nextExec(), a_log, a, n);
     serialize_next_ = true;  // A is read before pdlWait() by the scan
 }
@@ -260,6 +371,7 @@ void CudaBackend::negExp(const float* a_log, float* a, int64_t n) {
 void CudaBackend::toLowPrecision(const float* src, void* dst, int64_t n, int dtype) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
+    flush();
     toLowp(nextExec(), src, dst, n, dtype);
     serialize_next_ = true;  // weights are prefetched before pdlWait() by the gemv
 }
@@ -267,12 +379,28 @@ void CudaBackend::toLowPrecision(const float* src, void* dst, int64_t n, int dty
 void CudaBackend::convSilu(const ConvArgs& args) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
+    flush();
     cuda::convSilu(nextExec(), args);
 }
 
 void CudaBackend::selectiveScan(const ScanArgs& args) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
+    if (pl_.on && pl_.y == args.dt && pl_.ldy == args.channels && pl_.w.out == args.channels && pl_.beta == 0.f &&
+        pl_.rows == static_cast<int64_t>(args.batch) * args.steps) {
+        const Exec e = exec_;
+        const ScanPlan plan = planScan(e, args, scan_algo_, scan_chunk_);
+        const int64_t R = pl_.rows;
+        if (dtProjectionFusable(args, plan) && disjoint(pl_.y, R * pl_.ldy, pl_.x, R * pl_.ldx)) {
+            pl_.on = false;
+            const bool lowp = pl_.w.lowp && (pl_.w.lowp_dtype == DTYPE_BF16 || pl_.w.lowp_dtype == DTYPE_F16);
+            const DtProjection dt{lowp ? pl_.w.lowp : pl_.w.f32, lowp ? pl_.w.lowp_dtype : DTYPE_F32, pl_.x, pl_.ldx,
+                                  pl_.bias, pl_.w.in, pl_.y, false};
+            cuda::selectiveScan(nextExec(), args, plan, nullptr, &dt);
+            return;
+        }
+    }
+    flush();
     const Exec e = nextExec();
     ScanPlan plan = planScan(e, args, scan_algo_, scan_chunk_);
     if (plan.chunked && plan.workspace_floats > scan_ws_floats_) {
@@ -298,6 +426,7 @@ void CudaBackend::beginCapture() {
     try {
         if (capturing_) throw std::logic_error("beginCapture: a capture is already in progress");
         enter();
+        flush();  // pending eager work stays eager
         check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         capturing_ = true;
         serialize_next_ = true;  // the graph's first kernel follows an upload
@@ -310,14 +439,21 @@ void CudaBackend::beginCapture() {
 void* CudaBackend::endCapture() {
     if (!capturing_) throw std::logic_error("endCapture without beginCapture");
     std::unique_lock<std::recursive_mutex> lock(mu_, std::adopt_lock);  // the hold taken in beginCapture
+    cudaError_t flushed = cudaSuccess;
+    try {
+        flush();  // the pending stage belongs to the graph
+    } catch (...) {
+        flushed = cudaErrorUnknown;
+        pn_.on = pl_.on = false;
+    }
     cudaGraph_t graph = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
     capturing_ = false;
     for (void* p : deferred_) freeNow(p);
     deferred_.clear();
-    if (e != cudaSuccess) {
+    if (e != cudaSuccess || flushed != cudaSuccess) {
         if (graph) cudaGraphDestroy(graph);
-        throwCuda(e, "CUDA graph capture (cudaStreamEndCapture)");
+        throwCuda(e != cudaSuccess ? e : flushed, "CUDA graph capture (cudaStreamEndCapture)");
     }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
@@ -331,6 +467,7 @@ void CudaBackend::replay(void* graph) {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     if (!graph) throw std::invalid_argument("replay: null graph");
     enter();
+    flush();
     check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_), "cudaGraphLaunch");
 }
 
@@ -350,6 +487,7 @@ void CudaBackend::destroyGraph(void* graph) noexcept {
 void CudaBackend::synchronize() {
     std::lock_guard<std::recursive_mutex> lock(mu_);
     enter();
+    flush();
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 

@@ -1,7 +1,13 @@
 // The CUDA backend: one instance per device (cudaBackend(ordinal)), owning a stream, a cuBLAS handle bound
-// to it with a fixed workspace, and the scratch buffers of the stages. Every call is serialised by a
-// per-device lock, held by the capturing thread from beginCapture() to endCapture() so that no other
-// thread's work can slip into a graph.
+// to it with a fixed workspace, pinned staging buffers and the scratch buffers of the stages. Every call is
+// serialised by a per-device lock, held by the capturing thread from beginCapture() to endCapture() so
+// that no other thread's work can slip into a graph.
+//
+// Stage fusion: a decode-sized rmsnorm (≤ kGemvMaxRows rows) is not launched at once but kept pending;
+// if the next call is a linear reading its output, one gemv kernel does both. Likewise a small linear is
+// kept pending and, if the next call is the scan consuming it as dt, the scan computes it. Every other
+// call launches what is pending first, so callers see the same results in the same order — any new
+// method that touches device memory must call flush() first.
 #pragma once
 
 #include "../common/backend.h"
@@ -55,11 +61,19 @@ public:
     /** Turns programmatic dependent launch on or off (on by default on Hopper; env MAMBA_CUDA_PDL=0 disables). */
     void setPdl(bool on);
     bool pdl() const { return pdl_; }
+    /** Turns stage fusion on or off (on by default; env MAMBA_CUDA_FUSE=0 disables). */
+    void setFusion(bool on);
+    /** Launches a deferred stage now (timing code records its end event after this). */
+    void flushPending();
 
 private:
     void enter();      // makes our device current for this thread
     Exec nextExec();   // the launch settings for the next stage
     void setMath(int mode);
+    void flush();      // launches the pending (deferred) stage, if any
+    void runLinear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
+                   int64_t ldy, float beta);
+    void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
     void freeNow(void* p) noexcept;
     void releaseRetired() noexcept;
 
@@ -82,6 +96,36 @@ private:
     std::vector<void*> deferred_;  // frees asked for during a capture
     std::vector<void*> retired_;   // old scratch that a live graph may still point at
     int live_graphs_ = 0;
+    // pinned staging of small transfers: no driver-side bounce, no extra synchronisation for uploads
+    void* pin_up_ = nullptr;
+    size_t pin_up_cap_ = 0;
+    cudaEvent_t up_done_ = nullptr;  // the last upload's copy out of pin_up_ has finished
+    void* pin_down_ = nullptr;
+    size_t pin_down_cap_ = 0;
+    // deferred stages (see the header comment)
+    bool fuse_ = true;
+    struct PendingNorm {
+        bool on = false;
+        const float* x;
+        int64_t ldx;
+        const float* w;
+        int64_t rows;
+        int d;
+        float eps;
+        float* y;
+        int64_t ldy;
+    } pn_;
+    struct PendingLinear {
+        bool on = false;
+        const float* x;
+        int64_t ldx;
+        int64_t rows;
+        Matrix w;
+        const float* bias;
+        float* y;
+        int64_t ldy;
+        float beta;
+    } pl_;
 };
 
 }  // namespace mamba::cuda

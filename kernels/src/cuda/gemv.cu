@@ -28,6 +28,7 @@ struct GemvArgs {
     float* y;
     int64_t ldy;
     float beta;
+    NormPrologue norm;  // NORM variant only
 };
 
 // A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32.
@@ -88,8 +89,52 @@ __device__ __forceinline__ void loadX(const float* p, float (&f)[N]) {
     }
 }
 
-template <typename W, int R, int G, bool VEC>
-__global__ void __launch_bounds__(kThreads) gemvKernel(GemvArgs a) {
+/**
+ * The rmsnorm prologue: each block normalises the (≤ R) input rows into shared memory, xs[r·K + k] =
+ * w[k]·(x[r, k]·scale_r); block 0 also writes them to norm.y (the rmsnorm's output). Sums of squares use
+ * the same per-thread strides and reduction tree whatever the row count, like the main loop.
+ */
+template <int R>
+__device__ __forceinline__ void normPrologue(const GemvArgs& a, float* xs) {
+    const NormPrologue& n = a.norm;
+    const int K = a.in;
+    float ss[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        ss[r] = 0.f;
+        if (r < a.rows)
+            for (int k = threadIdx.x; k < K; k += kThreads) {
+                const float v = n.x[r * n.ldx + k];
+                ss[r] = fmaf(v, v, ss[r]);
+            }
+    }
+    __shared__ float part[kThreads / 32][R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], off);
+        if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32][r] = ss[r];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r < a.rows) {
+            float total = part[0][r];
+#pragma unroll
+            for (int j = 1; j < kThreads / 32; ++j) total += part[j][r];
+            const float scale = 1.0f / sqrtf(total / static_cast<float>(K) + n.eps);
+            for (int k = threadIdx.x; k < K; k += kThreads) {
+                const float v = n.w[k] * (n.x[r * n.ldx + k] * scale);
+                xs[r * K + k] = v;
+                if (blockIdx.x == 0) n.y[r * n.ldy + k] = v;
+            }
+        }
+    }
+    __syncthreads();
+}
+
+template <typename W, int R, int G, bool VEC, bool NORM>
+__global__ void __launch_bounds__(kThreads, R <= 2 ? 4 : 1) gemvKernel(GemvArgs a) {
     using C = Chunk<W, VEC>;
     constexpr int V = C::kElems;
     constexpr int kOutPerBlock = kThreads / G;
@@ -111,6 +156,12 @@ __global__ void __launch_bounds__(kThreads) gemvKernel(GemvArgs a) {
     }
     pdlWait();
     pdlLaunchDependents();
+
+    extern __shared__ float4 smem4[];
+    float* xs = reinterpret_cast<float*>(smem4);
+    if constexpr (NORM) normPrologue<R>(a, xs);
+    const float* xbase = NORM ? xs : a.x;
+    const int64_t xld = NORM ? K : a.ldx;
 
     float acc[R];
 #pragma unroll
@@ -135,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) gemvKernel(GemvArgs a) {
                 for (int r = 0; r < R; ++r) {
                     if (r < a.rows) {
                         float xf[V];
-                        loadX<V, VEC>(a.x + r * a.ldx + k, xf);
+                        loadX<V, VEC>(xbase + r * xld + k, xf);
 #pragma unroll
                         for (int v = 0; v < V; ++v) acc[r] = fmaf(wf[v], xf[v], acc[r]);
                     }
@@ -182,38 +233,66 @@ __global__ void __launch_bounds__(kThreads) gemvKernel(GemvArgs a) {
     }
 }
 
-template <typename W, int R, bool VEC>
+template <typename Kernel>
+void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& a, int g, size_t smem) {
+    if (smem > 48 * 1024) {
+        static bool raised = false;  // one flag per kernel instantiation
+        if (!raised) {
+            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kNormFuseMaxWidth * kGemvMaxRows * sizeof(float))),
+                  "cudaFuncSetAttribute (gemv shared memory)");
+            raised = true;
+        }
+    }
+    launch(smem ? "gemv (rmsnorm fused)" : "gemv", ex, kernel, dim3(blocksFor(a.out, kThreads / g)), dim3(kThreads),
+           smem, a);
+}
+
+template <typename W, int R, bool VEC, bool NORM>
 void launchG(const Exec& ex, const GemvArgs& a, int G) {
-    auto go = [&](auto kernel, int g) {
-        const int per = kThreads / g;
-        launch("gemv", ex, kernel, dim3(blocksFor(a.out, per)), dim3(kThreads), 0, a);
-    };
+    const size_t smem = NORM ? static_cast<size_t>(a.rows) * a.in * sizeof(float) : 0;
     if constexpr (!VEC) {
-        go(gemvKernel<W, R, 32, false>, 32);
+        launchOne(ex, gemvKernel<W, R, 32, false, false>, a, 32, 0);
     } else {
         switch (G) {
-            case 8: go(gemvKernel<W, R, 8, true>, 8); break;
-            case 16: go(gemvKernel<W, R, 16, true>, 16); break;
-            case 32: go(gemvKernel<W, R, 32, true>, 32); break;
-            case 64: go(gemvKernel<W, R, 64, true>, 64); break;
-            case 128: go(gemvKernel<W, R, 128, true>, 128); break;
-            default: go(gemvKernel<W, R, 256, true>, 256); break;
+            case 8: launchOne(ex, gemvKernel<W, R, 8, true, NORM>, a, 8, smem); break;
+            case 16: launchOne(ex, gemvKernel<W, R, 16, true, NORM>, a, 16, smem); break;
+            case 32: launchOne(ex, gemvKernel<W, R, 32, true, NORM>, a, 32, smem); break;
+            case 64: launchOne(ex, gemvKernel<W, R, 64, true, NORM>, a, 64, smem); break;
+            case 128: launchOne(ex, gemvKernel<W, R, 128, true, NORM>, a, 128, smem); break;
+            default: launchOne(ex, gemvKernel<W, R, 256, true, NORM>, a, 256, smem); break;
         }
     }
 }
 
+template <typename W, int R, bool VEC>
+void launchN(const Exec& ex, const GemvArgs& a, int G, bool norm) {
+    if constexpr (VEC) {
+        if (norm) {
+            // the prologue caps G at 32 (see gemv()), so only those instantiations exist
+            switch (G) {
+                case 8: launchOne(ex, gemvKernel<W, R, 8, true, true>, a, 8, a.rows * a.in * sizeof(float)); break;
+                case 16: launchOne(ex, gemvKernel<W, R, 16, true, true>, a, 16, a.rows * a.in * sizeof(float)); break;
+                default: launchOne(ex, gemvKernel<W, R, 32, true, true>, a, 32, a.rows * a.in * sizeof(float)); break;
+            }
+            return;
+        }
+    }
+    launchG<W, R, VEC, false>(ex, a, G);
+}
+
 template <typename W, bool VEC>
-void launchR(const Exec& ex, const GemvArgs& a, int G) {
-    if (a.rows <= 1) launchG<W, 1, VEC>(ex, a, G);
-    else if (a.rows <= 2) launchG<W, 2, VEC>(ex, a, G);
-    else if (a.rows <= 4) launchG<W, 4, VEC>(ex, a, G);
-    else launchG<W, 8, VEC>(ex, a, G);
+void launchR(const Exec& ex, const GemvArgs& a, int G, bool norm) {
+    if (a.rows <= 1) launchN<W, 1, VEC>(ex, a, G, norm);
+    else if (a.rows <= 2) launchN<W, 2, VEC>(ex, a, G, norm);
+    else if (a.rows <= 4) launchN<W, 4, VEC>(ex, a, G, norm);
+    else launchN<W, 8, VEC>(ex, a, G, norm);
 }
 
 template <typename W>
-void launchW(const Exec& ex, const GemvArgs& a, bool vec, int G) {
-    if (vec) launchR<W, true>(ex, a, G);
-    else launchR<W, false>(ex, a, G);
+void launchW(const Exec& ex, const GemvArgs& a, bool vec, int G, bool norm) {
+    if (vec) launchR<W, true>(ex, a, G, norm);
+    else launchR<W, false>(ex, a, G, norm);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -221,8 +300,15 @@ bool isLowp(int wdtype) { return wdtype == DTYPE_BF16 || wdtype == DTYPE_F16; }
 
 }  // namespace
 
+namespace {
+int g_group_override = 0;  // tests and benchmarks only
+}  // namespace
+
+void setGemvGroupOverride(int G) { g_group_override = G; }
+
 int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised) {
     if (!vectorised) return 32;
+    if (g_group_override > 0) return g_group_override;
     const int V = isLowp(wdtype) ? 8 : 4;
     const int vecs = (in + V - 1) / V;
     const int64_t min_threads = static_cast<int64_t>(ex.sms) * 1024;  // half the resident threads of the GPU
@@ -231,19 +317,34 @@ int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised) 
     return G;
 }
 
+bool gemvNormFusable(const void* w, int wdtype, int in) {
+    const int V = isLowp(wdtype) ? 8 : 4;
+    return in % V == 0 && aligned16(w) && in <= kNormFuseMaxWidth;
+}
+
 void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
-          const float* bias, float* y, int64_t ldy, float beta) {
+          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm) {
     if (rows <= 0 || out <= 0) return;
     if (rows > kGemvMaxRows) throw std::logic_error("gemv: rows > kGemvMaxRows");
     const int V = isLowp(wdtype) ? 8 : 4;
     // The vector path needs whole 16-byte weight chunks per row and 16-byte aligned activation rows. The
     // choice depends on the shape and layout only, never on `rows`, so batch rows stay bit-identical.
-    const bool vec = in % V == 0 && aligned16(w) && aligned16(x) && ldx % 4 == 0;
-    const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
-    const int G = gemvGroupSize(ex, wdtype, out, in, vec);
-    if (wdtype == DTYPE_BF16) launchW<__nv_bfloat16>(ex, a, vec, G);
-    else if (wdtype == DTYPE_F16) launchW<__half>(ex, a, vec, G);
-    else launchW<float>(ex, a, vec, G);
+    const bool vec = norm ? gemvNormFusable(w, wdtype, in)
+                          : in % V == 0 && aligned16(w) && aligned16(x) && ldx % 4 == 0;
+    if (norm && !vec) throw std::logic_error("gemv: rmsnorm prologue on a weight that gemvNormFusable rejects");
+    const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}};
+    int G = gemvGroupSize(ex, wdtype, out, in, vec);
+    // With the prologue every block normalises the input again: at least 8 outputs per block keep that
+    // re-read (from L2) small next to the weights; between ~1.2 and ~2.2 waves, half the group size
+    // makes it one wave instead.
+    if (norm) {
+        if (G > 32) G = 32;
+        const double waves = static_cast<double>(out) * G / kThreads / (4.0 * ex.sms);
+        if (G >= 16 && waves >= 1.2 && waves <= 2.2) G /= 2;
+    }
+    if (wdtype == DTYPE_BF16) launchW<__nv_bfloat16>(ex, a, vec, G, norm != nullptr);
+    else if (wdtype == DTYPE_F16) launchW<__half>(ex, a, vec, G, norm != nullptr);
+    else launchW<float>(ex, a, vec, G, norm != nullptr);
 }
 
 }  // namespace mamba::cuda

@@ -1,8 +1,14 @@
 // Selective scan: Δ = softplus(dt) → Ā = exp(Δ·A), h ← Ā·h + Δ·B·u → y = Σ_n h·C + D·u → y·SiLU(z).
 //
-// Thread layout (both algorithms): S lanes of a warp share one (row, channel); lane l owns the NS states
-// n = l·NS … l·NS+NS-1 in registers (NS = 4 for d_state ≤ 128, 8 up to 256; S = d_state/NS rounded up
-// to a power of two ≤ 32). y is reduced across the S lanes with shuffles each step.
+// Thread layout: S lanes of a warp share one (row, channel); lane l owns the NS states n = l·NS … l·NS+NS-1
+// in registers, S = d_state/NS rounded up to a power of two. Two layouts:
+//  - narrow (NS = 4, or 16 above d_state 128): decode and short scans. For d_state 16 four lanes share a
+//    channel, so there are 4× more threads (latency hiding when B·channels is small) and each warp's
+//    state loads are contiguous;
+//  - wide (NS = 16, or 4 for d_state ≤ 4): long scans (T ≥ 32, chunked). One lane per channel for
+//    d_state 16: softplus, dt/u/z loads and the y reduction happen once per channel instead of per lane,
+//    which halves the instructions per state update — the chunked scan's bottleneck.
+// exp is exp2 of Δ·A·log2(e) (A pre-scaled once per thread); y is reduced across the S lanes by shuffles.
 //
 // Sequential: each group walks t = 0 … T-1 with h in registers; h is read from and written back to the
 // state. Ideal for decode (T = 1) and whenever B·channels·S threads already fill the GPU.
@@ -13,7 +19,14 @@
 // so: (1) every chunk is scanned from zero in parallel, keeping h_local and ΣΔ; (2) one thread per
 // (row, channel, state) walks the C chunks, turning h_local into each chunk's start state and writing
 // the final state; (3) every chunk is scanned again from its start state, writing the outputs.
+//
+// Fused Δ projection (decode): when the backend sees linear(xdbl → dt) immediately followed by this scan
+// on that dt, the scan computes dt = b + W_dt·δ itself (one dot product of dt_rank per channel, split
+// over the S lanes) and writes it to dt as the linear would have — one kernel launch less per layer.
 #include "kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 
@@ -21,6 +34,7 @@ namespace mamba::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
 
 enum Mode { kWhole = 0, kChunkLocal = 1, kChunkOutput = 2 };
 
@@ -32,9 +46,80 @@ struct ScanKernelArgs {
     int mode;
     float* ws_h;     // [B, C, channels, d_state]: h_local, then start states
     float* ws_sum;   // [B, C, channels]: ΣΔ over each chunk
+    DtProjection dt; // used by the FUSE variant only
 };
 
-template <int NS>
+template <typename W> __device__ __forceinline__ float toF(W v) { return static_cast<float>(v); }
+
+// A 16-byte chunk of weights as floats, in registers.
+template <typename W> __device__ __forceinline__ void unpack16(const int4& raw, float* f);
+template <> __device__ __forceinline__ void unpack16<float>(const int4& raw, float* f) {
+    f[0] = __int_as_float(raw.x);
+    f[1] = __int_as_float(raw.y);
+    f[2] = __int_as_float(raw.z);
+    f[3] = __int_as_float(raw.w);
+}
+template <> __device__ __forceinline__ void unpack16<__nv_bfloat16>(const int4& raw, float* f) {
+    const unsigned u[4] = {static_cast<unsigned>(raw.x), static_cast<unsigned>(raw.y), static_cast<unsigned>(raw.z),
+                           static_cast<unsigned>(raw.w)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+template <> __device__ __forceinline__ void unpack16<__half>(const int4& raw, float* f) {
+    const unsigned u[4] = {static_cast<unsigned>(raw.x), static_cast<unsigned>(raw.y), static_cast<unsigned>(raw.z),
+                           static_cast<unsigned>(raw.w)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] & 0xffffu)));
+        f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] >> 16)));
+    }
+}
+
+/** Σ_k W[d, k]·x[k] over this lane's share of k (16-byte chunks, chunk c to lane c mod S when VEC). */
+template <typename W, bool VEC>
+__device__ __forceinline__ float dotShare(const W* __restrict__ w, const float* __restrict__ x, int R, int lane, int S) {
+    float acc = 0.f;
+    if constexpr (VEC) {
+        constexpr int V = 16 / sizeof(W);
+        for (int k = lane * V; k < R; k += S * V) {
+            float wf[V];
+            unpack16<W>(*reinterpret_cast<const int4*>(w + k), wf);
+#pragma unroll
+            for (int v = 0; v < V; v += 4) {
+                const float4 xv = *reinterpret_cast<const float4*>(x + k + v);
+                acc = fmaf(wf[v], xv.x, acc);
+                acc = fmaf(wf[v + 1], xv.y, acc);
+                acc = fmaf(wf[v + 2], xv.z, acc);
+                acc = fmaf(wf[v + 3], xv.w, acc);
+            }
+        }
+    } else {
+        for (int k = lane; k < R; k += S) acc = fmaf(toF(w[k]), x[k], acc);
+    }
+    return acc;
+}
+
+__device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int d, int lane, int S) {
+    const float* x = p.x + r * p.ldx;
+    const int64_t row = static_cast<int64_t>(d) * p.rank;
+    float acc;
+    if (p.wdtype == DTYPE_BF16)
+        acc = p.vec ? dotShare<__nv_bfloat16, true>(static_cast<const __nv_bfloat16*>(p.w) + row, x, p.rank, lane, S)
+                    : dotShare<__nv_bfloat16, false>(static_cast<const __nv_bfloat16*>(p.w) + row, x, p.rank, lane, S);
+    else if (p.wdtype == DTYPE_F16)
+        acc = p.vec ? dotShare<__half, true>(static_cast<const __half*>(p.w) + row, x, p.rank, lane, S)
+                    : dotShare<__half, false>(static_cast<const __half*>(p.w) + row, x, p.rank, lane, S);
+    else
+        acc = p.vec ? dotShare<float, true>(static_cast<const float*>(p.w) + row, x, p.rank, lane, S)
+                    : dotShare<float, false>(static_cast<const float*>(p.w) + row, x, p.rank, lane, S);
+    for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    return acc + (p.bias ? p.bias[d] : 0.f);
+}
+
+template <int NS, bool FUSE>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const ScanArgs& s = k.s;
     const int S = k.lanes;
@@ -52,9 +137,9 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const int N = s.d_state, E = s.channels;
     const int n0 = lane * NS;
 
-    float a[NS], h[NS];
+    float a2[NS], h[NS];
 #pragma unroll
-    for (int i = 0; i < NS; ++i) a[i] = n0 + i < N ? s.a[static_cast<int64_t>(d) * N + n0 + i] : 0.f;
+    for (int i = 0; i < NS; ++i) a2[i] = n0 + i < N ? s.a[static_cast<int64_t>(d) * N + n0 + i] * kLog2e : 0.f;
     pdlWait();
     pdlLaunchDependents();
 
@@ -68,46 +153,58 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const float dskip = s.d_skip[d];
     const int t0 = c * k.chunk;
     const int t1 = min(s.steps, t0 + k.chunk);
+    const int64_t r0 = static_cast<int64_t>(b) * s.steps;
     float dsum = 0.f;
+    // The next step's per-channel inputs are loaded one step ahead (they do not depend on h).
+    float dt_next = 0.f, u_next = 0.f, z_next = 0.f;
+    if (t0 < t1) {
+        if (!FUSE) dt_next = s.dt[(r0 + t0) * E + d];
+        u_next = s.u[(r0 + t0) * E + d];
+        if (k.mode != kChunkLocal) z_next = s.z[(r0 + t0) * s.ldz + d];
+    }
     for (int t = t0; t < t1; ++t) {
-        const int64_t r = static_cast<int64_t>(b) * s.steps + t;
-        const float delta = softplusf(s.dt[r * E + d]);
-        const float u = s.u[r * E + d];
+        const int64_t r = r0 + t;
+        float dt_raw = dt_next;
+        const float u = u_next, z = z_next;
+        if (t + 1 < t1) {
+            if (!FUSE) dt_next = s.dt[(r + 1) * E + d];
+            u_next = s.u[(r + 1) * E + d];
+            if (k.mode != kChunkLocal) z_next = s.z[(r + 1) * s.ldz + d];
+        }
+        if constexpr (FUSE) {
+            dt_raw = projectDt(k.dt, r, d, lane, S);
+            if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the fused linear would have written
+        }
+        const float delta = softplusf(dt_raw);
         const float du = delta * u;
         const float* Bt = s.bc + r * s.ldbc;
         const float* Ct = Bt + N;
-        float acc = 0.f;
         if (k.mode == kChunkLocal) {
             dsum += delta;
 #pragma unroll
             for (int i = 0; i < NS; ++i)
-                if (n0 + i < N) h[i] = expf(delta * a[i]) * h[i] + du * Bt[n0 + i];
+                if (n0 + i < N) h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[n0 + i];
             continue;
         }
+        float acc = 0.f;
 #pragma unroll
         for (int i = 0; i < NS; ++i) {
             if (n0 + i < N) {
-                h[i] = expf(delta * a[i]) * h[i] + du * Bt[n0 + i];
-                acc += h[i] * Ct[n0 + i];
+                h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[n0 + i];
+                acc = fmaf(h[i], Ct[n0 + i], acc);
             }
         }
         for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(s.z[r * s.ldz + d]);
+        if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
     }
-    if (!active) return;
-    if (k.mode == kWhole) {
+    if (!active || k.mode == kChunkOutput) return;
 #pragma unroll
-        for (int i = 0; i < NS; ++i)
-            if (n0 + i < N) hsrc[n0 + i] = h[i];
-    } else if (k.mode == kChunkLocal) {
-#pragma unroll
-        for (int i = 0; i < NS; ++i)
-            if (n0 + i < N) hsrc[n0 + i] = h[i];
-        if (lane == 0) k.ws_sum[ws_row] = dsum;
-    }
+    for (int i = 0; i < NS; ++i)
+        if (n0 + i < N) hsrc[n0 + i] = h[i];
+    if (k.mode == kChunkLocal && lane == 0) k.ws_sum[ws_row] = dsum;
 }
 
-// Phase 2: one thread per (row, channel, state) walks the chunks in order.
+// Phase 2: one thread per (row, channel, state) walks the chunks in order, eight chunks' loads at a time.
 __global__ void scanCombineKernel(ScanKernelArgs k) {
     pdlWait();
     pdlLaunchDependents();
@@ -119,41 +216,62 @@ __global__ void scanCombineKernel(ScanKernelArgs k) {
     const int d = static_cast<int>((i / N) % E);
     const int b = static_cast<int>(i / (static_cast<int64_t>(N) * E));
     float* hp = s.h + b * s.h_stride + static_cast<int64_t>(d) * N + n;
-    const float a = s.a[static_cast<int64_t>(d) * N + n];
+    const float a2 = s.a[static_cast<int64_t>(d) * N + n] * kLog2e;
     float H = *hp;
-    for (int c = 0; c < k.chunks; ++c) {
-        const int64_t row = (static_cast<int64_t>(b) * k.chunks + c) * E + d;
-        float* wp = k.ws_h + row * N + n;
-        const float local = *wp;
-        *wp = H;  // start state of chunk c
-        H = expf(a * k.ws_sum[row]) * H + local;
+    constexpr int kBatch = 8;
+    for (int c0 = 0; c0 < k.chunks; c0 += kBatch) {
+        float local[kBatch], sum[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            if (c0 + j < k.chunks) {
+                const int64_t row = (static_cast<int64_t>(b) * k.chunks + c0 + j) * E + d;
+                local[j] = k.ws_h[row * N + n];
+                sum[j] = k.ws_sum[row];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            if (c0 + j < k.chunks) {
+                const int64_t row = (static_cast<int64_t>(b) * k.chunks + c0 + j) * E + d;
+                k.ws_h[row * N + n] = H;  // start state of chunk c0 + j
+                H = exp2f(a2 * sum[j]) * H + local[j];
+            }
+        }
     }
     *hp = H;
 }
 
-void lanesFor(int N, int* ns, int* lanes) {
-    *ns = N <= 128 ? 4 : 8;
+void lanesFor(int N, bool wide, int* ns, int* lanes) {
+    *ns = wide ? (N <= 4 ? 4 : 16) : (N <= 128 ? 4 : 16);
     const int need = (N + *ns - 1) / *ns;
     int S = 1;
     while (S < need) S *= 2;
     *lanes = S;
 }
 
-void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns) {
+void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, bool fuse) {
     const int per_block = kThreads / k.lanes;
     const int64_t blocks = static_cast<int64_t>((k.s.channels + per_block - 1) / per_block) * k.chunks * k.s.batch;
     const char* name = k.mode == kWhole ? "selectiveScan" : k.mode == kChunkLocal ? "selectiveScan chunk states"
                                                                                   : "selectiveScan chunk outputs";
-    if (ns == 4) launch(name, ex, scanKernel<4>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, k);
-    else launch(name, ex, scanKernel<8>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, k);
+    const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
+    if (fuse) {
+        if (ns == 4) launch(name, ex, scanKernel<4, true>, grid, block, 0, k);
+        else launch(name, ex, scanKernel<16, true>, grid, block, 0, k);
+    } else {
+        if (ns == 4) launch(name, ex, scanKernel<4, false>, grid, block, 0, k);
+        else launch(name, ex, scanKernel<16, false>, grid, block, 0, k);
+    }
 }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
 ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override) {
     ScanPlan p;
     int ns, S;
-    lanesFor(s.d_state, &ns, &S);
+    lanesFor(s.d_state, true, &ns, &S);
     const int64_t seq_threads = static_cast<int64_t>(s.batch) * s.channels * S;
     const int64_t fill = static_cast<int64_t>(ex.sms) * 2048;  // resident threads of the whole GPU
     p.chunked = algo == ScanAlgo::Chunked ||
@@ -161,15 +279,19 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
     if (!p.chunked || s.steps < 2) {
         p.chunked = false;
         p.chunk = s.steps;
+        lanesFor(s.d_state, s.steps >= 32, &p.ns, &p.lanes);
         return p;
     }
+    p.ns = ns;
+    p.lanes = S;
     int L;
     if (chunk_override > 0) {
         L = chunk_override;
     } else {
-        // About two GPU-fulls of threads, chunks of at least 32 steps.
+        // About two GPU-fulls of threads, chunks of at least 32 steps (16 below 256 steps).
+        const int min_len = s.steps < 256 ? 16 : 32;
         const int64_t want = std::max<int64_t>(2, (2 * fill + seq_threads - 1) / seq_threads);
-        const int64_t most = std::max<int64_t>(1, (s.steps + 31) / 32);
+        const int64_t most = std::max<int64_t>(1, (s.steps + min_len - 1) / min_len);
         const int64_t C = std::min(want, most);
         L = static_cast<int>((s.steps + C - 1) / C);
     }
@@ -179,21 +301,34 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
         p.chunked = false;
         p.chunk = s.steps;
         p.chunks = 1;
+        lanesFor(s.d_state, s.steps >= 32, &p.ns, &p.lanes);
         return p;
     }
     p.workspace_floats = static_cast<int64_t>(s.batch) * p.chunks * s.channels * (static_cast<int64_t>(s.d_state) + 1);
     return p;
 }
 
-void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws) {
+bool dtProjectionFusable(const ScanArgs& s, const ScanPlan& plan) {
+    return !plan.chunked && static_cast<int64_t>(s.batch) * s.steps <= kGemvMaxRows;
+}
+
+void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws, const DtProjection* dt) {
     if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
     if (s.d_state < 1 || s.d_state > 256)
         throw std::invalid_argument("selectiveScan: d_state " + std::to_string(s.d_state) + " is outside [1, 256]");
-    int ns, S;
-    lanesFor(s.d_state, &ns, &S);
-    ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr};
+    const int ns = plan.ns, S = plan.lanes;
+    ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr, DtProjection{}};
+    if (dt) {
+        if (plan.chunked) throw std::logic_error("selectiveScan: the fused Δ projection needs the sequential scan");
+        k.dt = *dt;
+        const int V = (dt->wdtype == DTYPE_BF16 || dt->wdtype == DTYPE_F16) ? 8 : 4;
+        k.dt.vec = dt->rank % V == 0 && aligned16(dt->w) && aligned16(dt->x) && dt->ldx % 4 == 0;
+        k.s.dt = dt->out;
+        launchScan(ex, k, ns, true);
+        return;
+    }
     if (!plan.chunked) {
-        launchScan(ex, k, ns);
+        launchScan(ex, k, ns, false);
         return;
     }
     k.chunk = plan.chunk;
@@ -201,11 +336,11 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
     k.ws_h = ws;
     k.ws_sum = ws + static_cast<int64_t>(s.batch) * plan.chunks * s.channels * s.d_state;
     k.mode = kChunkLocal;
-    launchScan(ex, k, ns);
+    launchScan(ex, k, ns, false);
     const int64_t n = static_cast<int64_t>(s.batch) * s.channels * s.d_state;
     launch("selectiveScan combine", ex, scanCombineKernel, dim3(blocksFor(n, 256)), dim3(256), 0, k);
     k.mode = kChunkOutput;
-    launchScan(ex, k, ns);
+    launchScan(ex, k, ns, false);
 }
 
 }  // namespace mamba::cuda

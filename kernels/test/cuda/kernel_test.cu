@@ -406,6 +406,90 @@ void checkScan(const ScanCase& sc) {
     report("selectiveScan state", shape, "f32", eh.value(), 2e-5);
 }
 
+/** rmsnorm followed by a linear on its output (the backend fuses them for decode) against double. */
+void checkNormLinear(int dtype, int rows, int d, int out, bool fused) {
+    be->setFusion(fused);
+    Weight W(out, d, dtype);
+    const int64_t ldx = d + 4, ldy = d;
+    auto x = randv(static_cast<size_t>(rows * ldx), -2, 2);
+    auto nw = randv(static_cast<size_t>(d), 0.5, 1.5);
+    auto bias = randv(static_cast<size_t>(out), -0.5, 0.5);
+    Dev dx(x), dnw(nw), db(bias), dy(rows * ldy), dz(static_cast<int64_t>(rows) * out);
+    dy.poison();
+    dz.poison();
+    be->rmsnorm(dx.p, ldx, dnw.p, rows, d, 1e-5f, dy.p, ldy);
+    be->linear(dy.p, ldy, rows, W.matrix(), db.p, dz.p, out, 0.f);
+    auto y = dy.get();
+    auto z = dz.get();
+    be->setFusion(true);
+    Err ey, ez;
+    for (int r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int j = 0; j < d; ++j) ss += static_cast<double>(x[r * ldx + j]) * x[r * ldx + j];
+        const double sc = 1.0 / std::sqrt(ss / d + 1e-5);
+        std::vector<double> yr(static_cast<size_t>(d));
+        for (int j = 0; j < d; ++j) {
+            yr[j] = nw[j] * (x[r * ldx + j] * sc);
+            ey.add(y[r * ldy + j], yr[j]);
+        }
+        for (int o = 0; o < out; ++o) {
+            double acc = bias[o];
+            for (int k = 0; k < d; ++k) acc += roundTo(W.host[static_cast<size_t>(o) * d + k], dtype) * yr[k];
+            ez.add(z[static_cast<size_t>(r) * out + o], acc);
+        }
+    }
+    const std::string shape = fmt("rows=%d d=%d out=%d %s", rows, d, out, fused ? "fused" : "unfused");
+    report("rmsnorm -> linear: norm", shape, dtypeName(dtype), ey.value(), 2e-6);
+    report("rmsnorm -> linear: linear", shape, dtypeName(dtype), ez.value(), 1e-5);
+}
+
+/** dt_proj linear followed by the scan on its output (fused for decode) against double. */
+void checkDtScan(int dtype, int B, int E, int N, int R, bool fused) {
+    be->setFusion(fused);
+    const int X = R + 2 * N + 3;  // xdbl row: δ | B | C | padding
+    Weight Wdt(E, R, dtype);
+    auto xdbl = randv(static_cast<size_t>(B) * X, -1, 1);
+    auto dtb = randv(static_cast<size_t>(E), -4.5, -1.5);
+    std::vector<float> a(static_cast<size_t>(E) * N);
+    for (auto& v : a) v = static_cast<float>(-std::exp(std::uniform_real_distribution<double>(0, 2.7)(rng)));
+    auto u = randv(static_cast<size_t>(B) * E, -1, 1);
+    auto z = randv(static_cast<size_t>(B) * 2 * E, -2, 2);
+    auto dsk = randv(static_cast<size_t>(E), 0.5, 1.5);
+    auto h0 = randv(static_cast<size_t>(B) * E * N, -1, 1);
+    Dev dx(xdbl), db(dtb), da(a), du(u), dz(z), dd(dsk), dh(h0), ddt(static_cast<int64_t>(B) * E),
+        dout(static_cast<int64_t>(B) * E);
+    ddt.poison();
+    dout.poison();
+    be->linear(dx.p, X, B, Wdt.matrix(), db.p, ddt.p, E, 0.f);
+    ScanArgs s{ddt.p, da.p, dx.p + R, X, du.p, dz.p + E, 2 * E, dd.p, dh.p, static_cast<int64_t>(E) * N, dout.p,
+               B, 1, E, N};
+    be->selectiveScan(s);
+    auto dt = ddt.get(), out = dout.get(), h = dh.get();
+    be->setFusion(true);
+    Err edt, eo, eh;
+    for (int b = 0; b < B; ++b)
+        for (int d = 0; d < E; ++d) {
+            double acc = dtb[d];
+            for (int k = 0; k < R; ++k)
+                acc += roundTo(Wdt.host[static_cast<size_t>(d) * R + k], dtype) * static_cast<double>(xdbl[b * X + k]);
+            edt.add(dt[b * E + d], acc);
+            const double delta = softplus(acc), uu = u[b * E + d];
+            double y = 0;
+            for (int n = 0; n < N; ++n) {
+                const size_t i = (static_cast<size_t>(b) * E + d) * N + n;
+                const double hn = std::exp(delta * a[static_cast<size_t>(d) * N + n]) * h0[i] +
+                                  delta * xdbl[b * X + R + n] * uu;
+                eh.add(h[i], hn);
+                y += hn * xdbl[b * X + R + N + n];
+            }
+            eo.add(out[b * E + d], (y + dsk[d] * uu) * silu(z[static_cast<size_t>(b) * 2 * E + E + d]));
+        }
+    const std::string shape = fmt("B=%d E=%d N=%d rank=%d %s", B, E, N, R, fused ? "fused" : "unfused");
+    report("dt_proj -> scan: dt", shape, dtypeName(dtype), edt.value(), 1e-5);
+    report("dt_proj -> scan: output", shape, dtypeName(dtype), eo.value(), 2e-5);
+    report("dt_proj -> scan: state", shape, dtypeName(dtype), eh.value(), 2e-5);
+}
+
 /** A captured sequence of stages replays to the same bits as the same calls made eagerly. */
 void checkGraph(int dtype, int B) {
     const int D = 256, E = 512, N = 16, K = 4, R = 16;
@@ -484,8 +568,10 @@ double timeUs(const std::function<void(int)>& fn, int iters = 20, int samples = 
     std::vector<float> ms;
     int call = 0;
     for (int k = 0; k < samples; ++k) {
+        be->flushPending();
         cudaEventRecord(e0, s);
         for (int i = 0; i < iters; ++i) fn(call++);
+        be->flushPending();  // a deferred (fusable) stage must be inside the timed interval
         cudaEventRecord(e1, s);
         cudaEventSynchronize(e1);
         float t = 0;
@@ -565,6 +651,17 @@ void timeStages() {
         timeLinear("out_proj 130m", 768, 1536, dt, 1);
     }
     timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_F16, 1);
+    // group-size sweep of the big decode matvecs (auto choice first)
+    for (int G : {16, 64}) {
+        mamba::cuda::setGemvGroupOverride(G);
+        timeLinear(fmt("in_proj 2.8b G=%d", G), 10240, 2560, DTYPE_BF16, 1);
+        timeLinear(fmt("out_proj 2.8b G=%d", G), 2560, 5120, DTYPE_BF16, 1);
+        timeLinear(fmt("in_proj 1.4b G=%d", G), 8192, 2048, DTYPE_BF16, 1);
+        timeLinear(fmt("lm head 768 G=%d", G), 50280, 768, DTYPE_BF16, 1);
+    }
+    mamba::cuda::setGemvGroupOverride(0);
+    timeLinear("in_proj 1.4b", 8192, 2048, DTYPE_BF16, 1);
+    timeLinear("out_proj 1.4b", 2048, 4096, DTYPE_BF16, 1);
     timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 2);
     timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 4);
     timeLinear("in_proj 2.8b", 10240, 2560, DTYPE_BF16, 8);
@@ -657,18 +754,34 @@ void timeDecodeChain(int D, int layers, int dtype) {
     };
     const double bytes = layer_bytes * layers;
     const bool pdl0 = be->pdl();
-    for (int pdl : {1, 0}) {
-        be->setPdl(pdl != 0);
+    for (int variant = 0; variant < 3; ++variant) {
+        const bool pdl = variant < 2, fuse = variant == 0;
+        be->setPdl(pdl);
+        be->setFusion(fuse);
         const double eager = timeUs([&](int) { step(); }, 3, 9);
         be->beginCapture();
         step();
         void* g = be->endCapture();
         const double graph = timeUs([&](int) { be->replay(g); }, 5, 11);
+        if (variant == 0) {  // the graph with host copies around it, as a decode step through the API sees it
+            std::vector<float> hx = randv(D, -1, 1), hy(D);
+            std::vector<double> us;
+            for (int i = 0; i < 60; ++i) {
+                const auto t0 = std::chrono::steady_clock::now();
+                be->upload(resid.p, hx.data(), D);
+                be->replay(g);
+                be->download(hy.data(), resid.p, D);
+                us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+            }
+            std::sort(us.begin(), us.end());
+            timingRow("chain + copies (host)", fmt("d=%d L=%d", D, layers), dtypeName(dtype), us[us.size() / 2], bytes);
+        }
         be->destroyGraph(g);
-        timingRow(fmt("decode chain %s", pdl ? "pdl" : "no-pdl"), fmt("d=%d L=%d eager %.0fus", D, layers, eager),
-                  dtypeName(dtype), graph, bytes);
+        timingRow(fmt("chain %s%s", pdl ? "pdl" : "no-pdl", fuse ? "+fuse" : ""),
+                  fmt("d=%d L=%d eager %.0fus", D, layers, eager), dtypeName(dtype), graph, bytes);
     }
     be->setPdl(pdl0);
+    be->setFusion(true);
 }
 
 }  // namespace
@@ -732,8 +845,19 @@ int main(int argc, char** argv) {
                                   ScanCase{2, 50, 33, 5, ScanAlgo::Chunked, 7},
                                   ScanCase{1, 260, 16, 256, ScanAlgo::Chunked, 0},
                                   ScanCase{1, 1000, 32, 130, ScanAlgo::Auto, 0},
-                                  ScanCase{1, 600, 64, 1, ScanAlgo::Auto, 0}})
+                                  ScanCase{1, 600, 64, 1, ScanAlgo::Auto, 0},
+                                  ScanCase{2, 130, 48, 16, ScanAlgo::Auto, 0}})
             checkScan(s);
+        for (int dt : {DTYPE_F32, DTYPE_BF16, DTYPE_F16}) {
+            for (bool fused : {true, false}) {
+                checkNormLinear(dt, 1, 768, 3072, fused);
+                checkNormLinear(dt, 3, 2560, 512, fused);
+                checkNormLinear(dt, 8, 128, 300, fused);
+                checkDtScan(dt, 1, 1536, 16, 48, fused);
+                checkDtScan(dt, 4, 300, 16, 20, fused);
+                checkDtScan(dt, 2, 64, 64, 7, fused);
+            }
+        }
         for (int dt : {DTYPE_F32, DTYPE_BF16}) {
             checkGraph(dt, 1);
             checkGraph(dt, 4);

@@ -97,7 +97,9 @@ class Mamba1IdentitiesTest {
                 float[] y = m.step(batch, x);
                 for (int b = 0; b < B; b++) {
                     float[] yb = m.step(single[b], Arrays.copyOfRange(x, b * IN, (b + 1) * IN));
-                    assertArrayEquals(yb, Arrays.copyOfRange(y, b * 48, (b + 1) * 48), 1e-6f, "row " + b + " t " + t);
+                    // Same math, but B rows go through sgemm and one row through sgemv: equal to f32 rounding.
+                    double err = TestUtil.relL2(Arrays.copyOfRange(y, b * 48, (b + 1) * 48), yb);
+                    assertTrue(err < 1e-6, "row " + b + " t " + t + ": rel L2 " + err);
                 }
             }
             for (MambaState s : single) s.close();
