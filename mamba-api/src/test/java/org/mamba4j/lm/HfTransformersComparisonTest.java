@@ -1,6 +1,5 @@
 package org.mamba4j.lm;
 
-import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Files;
@@ -17,8 +16,10 @@ import org.mamba4j.io.SafeTensorsFile;
 
 /**
  * mamba4j against HuggingFace transformers' MambaForCausalLM on the same random checkpoints, made on the
- * device by scripts/hf_reference.py (folder given by -Dmamba4j.hfModels=DIR; skipped without it):
- * F32 logits per position rel L2 < 1e-4, identical greedy tokens, BF16 (GPU) mean KL < 1e-3.
+ * device by scripts/hf_reference.py (folder given by -Dmamba4j.hfModels=DIR or MAMBA4J_HF_MODELS; skipped
+ * without it). The reference logits are transformers' in float64 on the saved f32 weights. Checks:
+ * F32 logits rel L2 < 1e-4 at every position, identical greedy tokens, BF16 (GPU) mean KL < 1e-3.
+ * Every (model, device, dtype) is measured and printed before the assertions.
  */
 @Tag("gpu")
 class HfTransformersComparisonTest {
@@ -44,7 +45,7 @@ class HfTransformersComparisonTest {
     @Test
     void logitsAndGreedyTokensMatchTransformers() throws Exception {
         Path root = models();
-        List<String> report = new ArrayList<>();
+        List<String> report = new ArrayList<>(), failures = new ArrayList<>();
         try (var shapes = Files.list(root)) {
             for (Path folder : shapes.filter(Files::isDirectory).sorted().toList()) {
                 float[] ids, gen, ref;
@@ -74,12 +75,8 @@ class HfTransformersComparisonTest {
                                 report.add(String.format("%s %s %s: worst rel L2 %.2e, mean KL %.2e, greedy %s", folder.getFileName(),
                                         device, dtype, worstRel, meanKl, Arrays.equals(tokens, greedy) ? "identical" : "DIFFERENT"));
                                 System.out.println(report.get(report.size() - 1));
-                                if (dtype == DType.F32) {
-                                    assertTrue(worstRel < 1e-4, report.get(report.size() - 1));
-                                    assertArrayEquals(greedy, tokens, report.get(report.size() - 1));
-                                } else {
-                                    assertTrue(meanKl < 1e-3, report.get(report.size() - 1));
-                                }
+                                boolean ok = dtype == DType.F32 ? worstRel < 1e-4 && Arrays.equals(greedy, tokens) : meanKl < 1e-3;
+                                if (!ok) failures.add(report.get(report.size() - 1));
                             }
                         }
                     }
@@ -87,6 +84,7 @@ class HfTransformersComparisonTest {
             }
         }
         assertTrue(!report.isEmpty(), "no model folders under " + root);
+        assertTrue(failures.isEmpty(), "outside tolerance: " + failures);
     }
 
     private static double relL2(float[] a, float[] b) {
