@@ -11,12 +11,17 @@ final class Checks {
             throw new IllegalArgumentException(what + " has " + got + " floats, expected " + expected);
     }
 
-    /** A direct buffer with exactly {@code expected} floats remaining. */
-    static void buffer(String what, FloatBuffer b, long expected) {
+    /** A direct input buffer with exactly {@code expected} floats remaining. */
+    static void input(String what, FloatBuffer b, long expected) {
         if (b == null) throw new NullPointerException(what + " is null");
         if (!b.isDirect()) throw new IllegalArgumentException(what + " must be a direct FloatBuffer (or pass a float[])");
-        if (b.isReadOnly() && what.startsWith("y")) throw new IllegalArgumentException(what + " is read-only");
         length(what + ".remaining()", b.remaining(), expected);
+    }
+
+    /** A direct, writable output buffer with exactly {@code expected} floats remaining. */
+    static void output(String what, FloatBuffer b, long expected) {
+        input(what, b, expected);
+        if (b.isReadOnly()) throw new IllegalArgumentException(what + " is read-only");
     }
 
     /** NaN or infinite values would silently poison a recurrent state; reject them at the door. */

@@ -128,8 +128,8 @@ public final class MambaModel implements AutoCloseable {
     /** One step from direct buffers (positions honoured, limits not moved): no copies on the CPU. */
     public void step(MambaState state, FloatBuffer x, FloatBuffer y) {
         checkState(state);
-        Checks.buffer("x", x, (long) state.batch() * inputWidth());
-        Checks.buffer("y", y, (long) state.batch() * outputWidth());
+        Checks.input("x", x, (long) state.batch() * inputWidth());
+        Checks.output("y", y, (long) state.batch() * outputWidth());
         call(() -> peer.step(state.peer(), x, x.remaining(), y, y.remaining()));
     }
 
@@ -166,8 +166,8 @@ public final class MambaModel implements AutoCloseable {
     public void prefill(MambaState state, FloatBuffer x, int steps, FloatBuffer y) {
         checkState(state);
         Checks.positive("steps", steps);
-        Checks.buffer("x", x, (long) state.batch() * steps * inputWidth());
-        Checks.buffer("y", y, (long) state.batch() * outputWidth());
+        Checks.input("x", x, (long) state.batch() * steps * inputWidth());
+        Checks.output("y", y, (long) state.batch() * outputWidth());
         call(() -> peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining()));
     }
 
