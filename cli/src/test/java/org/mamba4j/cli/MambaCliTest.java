@@ -35,6 +35,30 @@ class MambaCliTest {
             for (String n : m.parameterNames()) tensors.add(new SafeTensors.Entry(n, m.parameterShape(n), m.getParameter(n)));
         }
         SafeTensors.write(model.resolve("model.safetensors"), Map.of("format", "pt"), tensors);
+        // A word-level tokenizer over the same 8 ids, in a copy of the folder.
+        withTokenizer = dir.resolve("tiny-tok");
+        Files.createDirectories(withTokenizer);
+        Files.copy(model.resolve("config.json"), withTokenizer.resolve("config.json"));
+        Files.copy(model.resolve("model.safetensors"), withTokenizer.resolve("model.safetensors"));
+        Files.writeString(withTokenizer.resolve("tokenizer.json"), "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+                + " \"added_tokens\": [{\"id\": 0, \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false,"
+                + " \"rstrip\": false, \"normalized\": false, \"special\": true}], \"normalizer\": null,"
+                + " \"pre_tokenizer\": {\"type\": \"Whitespace\"}, \"post_processor\": null, \"decoder\": null,"
+                + " \"model\": {\"type\": \"WordLevel\", \"unk_token\": \"<unk>\", \"vocab\": {\"<|endoftext|>\": 0, \"hello\": 1,"
+                + " \"world\": 2, \"mamba\": 3, \"snake\": 4, \"fast\": 5, \"java\": 6, \"<unk>\": 7}}}");
+    }
+
+    static Path withTokenizer;
+
+    @Test
+    void generateStreamsTextFromAFolder() {
+        String[] r = run(0, "generate", "--model", withTokenizer.toString(), "--prompt", "hello world", "-n", "6",
+                "--temperature", "0.8", "--seed", "5");
+        assertTrue(r[0].startsWith("hello world"), r[0]);
+        assertTrue(r[1].contains("100%") && r[1].contains("cpu"), r[1]);
+        String again = run(0, "generate", "--model", withTokenizer.toString(), "--prompt", "hello world", "-n", "6",
+                "--temperature", "0.8", "--seed", "5")[0];
+        assertEquals(r[0], again, "same seed, same text");
     }
 
     private static String[] run(int expectedExit, String... args) {
