@@ -67,31 +67,19 @@ public final class Device {
     /** The GPU's name, or "cpu". */
     public String name() {
         if (isCpu()) return "cpu";
-        try {
-            return libmamba.cudaDeviceName(ordinal).getString();
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
-        }
+        return Native.get(() -> libmamba.cudaDeviceName(ordinal).getString());
     }
 
     /** Total device memory in bytes (the CPU reports the JVM-independent physical size as -1: unknown). */
     public long totalMemory() {
         if (isCpu()) return -1;
-        try {
-            return libmamba.cudaDeviceTotalMemory(ordinal);
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
-        }
+        return Native.get(() -> libmamba.cudaDeviceTotalMemory(ordinal));
     }
 
     /** Free device memory in bytes right now (-1 for the CPU). */
     public long freeMemory() {
         if (isCpu()) return -1;
-        try {
-            return libmamba.cudaDeviceFreeMemory(ordinal);
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
-        }
+        return Native.get(() -> libmamba.cudaDeviceFreeMemory(ordinal));
     }
 
     int code() {

@@ -50,9 +50,7 @@ public final class MambaModel implements AutoCloseable {
         this.device = device;
         this.dtype = dtype;
         try (ModelConfig c = config.toNative(inputDim, vocabSize, tieEmbeddings)) {
-            this.peer = new Model(c, device.code(), dtype.code, seed);
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
+            this.peer = Native.get(() -> new Model(c, device.code(), dtype.code, seed));
         }
         List<String> n = new ArrayList<>();
         for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
@@ -183,11 +181,7 @@ public final class MambaModel implements AutoCloseable {
     public float[] forward(MambaState state, float[] x, int batch, int steps) {
         Checks.positive("batch", batch);
         Checks.positive("steps", steps);
-        if (state != null) {
-            checkState(state);
-            if (state.batch() != batch)
-                throw new IllegalArgumentException("the state holds " + state.batch() + " rows but batch = " + batch);
-        }
+        if (state != null) checkState(state, batch);
         Checks.length("x", x.length, (long) batch * steps * inputWidth());
         long n = (long) batch * steps * outputWidth();
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("output of " + n + " floats does not fit a Java array");
@@ -222,11 +216,7 @@ public final class MambaModel implements AutoCloseable {
         requireVocab();
         Checks.positive("batch", batch);
         Checks.positive("steps", steps);
-        if (state != null) {
-            checkState(state);
-            if (state.batch() != batch)
-                throw new IllegalArgumentException("the state holds " + state.batch() + " rows but batch = " + batch);
-        }
+        if (state != null) checkState(state, batch);
         Checks.length("ids", ids.length, (long) batch * steps);
         long n = (long) batch * steps * vocabSize;
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("logits of " + n + " floats do not fit a Java array");
@@ -316,20 +306,14 @@ public final class MambaModel implements AutoCloseable {
     // ---- internals ----
 
     /** Runs one native call under the model lock, after the closed check, with native errors translated. */
-    private void call(Runnable nativeCall) {
-        callAndGet(() -> {
-            nativeCall.run();
-            return null;
-        });
+    private synchronized void call(Runnable nativeCall) {
+        checkOpen();
+        Native.run(nativeCall);
     }
 
     private synchronized <T> T callAndGet(Supplier<T> nativeCall) {
         checkOpen();
-        try {
-            return nativeCall.get();
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
-        }
+        return Native.get(nativeCall);
     }
 
     Model peer() {
@@ -346,6 +330,12 @@ public final class MambaModel implements AutoCloseable {
 
     void checkOpen() {
         if (closed) throw new IllegalStateException("this MambaModel is closed");
+    }
+
+    private void checkState(MambaState state, int batch) {
+        checkState(state);
+        if (state.batch() != batch)
+            throw new IllegalArgumentException("the state holds " + state.batch() + " rows but batch = " + batch);
     }
 
     private void checkState(MambaState state) {

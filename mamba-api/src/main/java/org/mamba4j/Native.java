@@ -27,6 +27,23 @@ final class Native {
         }
     }
 
+    /** Runs a native call, turning native errors into mamba4j exceptions. */
+    static <T> T get(java.util.function.Supplier<T> nativeCall) {
+        try {
+            return nativeCall.get();
+        } catch (RuntimeException e) {
+            throw translate(e);
+        }
+    }
+
+    /** As {@link #get}, for calls without a result. */
+    static void run(Runnable nativeCall) {
+        get(() -> {
+            nativeCall.run();
+            return null;
+        });
+    }
+
     /** Maps a native error (a C++ exception's message) onto the matching mamba4j exception. */
     static RuntimeException translate(RuntimeException e) {
         if (e instanceof MambaException) return e;

@@ -26,11 +26,7 @@ public final class Tensor implements AutoCloseable {
         this.device = device;
         this.dtype = dtype;
         this.shape = shape.clone();
-        try {
-            this.peer = new org.mamba4j.nativ.Tensor(device.code(), dtype.code, this.shape, this.shape.length);
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
-        }
+        this.peer = Native.get(() -> new org.mamba4j.nativ.Tensor(device.code(), dtype.code, this.shape, this.shape.length));
     }
 
     /** A zero-filled tensor. */
@@ -136,10 +132,6 @@ public final class Tensor implements AutoCloseable {
 
     private void run(Runnable nativeCall) {
         peer();
-        try {
-            nativeCall.run();
-        } catch (RuntimeException e) {
-            throw Native.translate(e);
-        }
+        Native.run(nativeCall);
     }
 }
