@@ -77,6 +77,7 @@ CudaBackend::~CudaBackend() {
     freeNow(blas_ws_);
     freeNow(lowp_ws_);
     freeNow(scan_ws_);
+    for (float* p : train_ws_) freeNow(p);
     releaseRetired();
     if (pin_up_) cudaFreeHost(pin_up_);
     if (pin_down_) cudaFreeHost(pin_down_);
@@ -417,6 +418,111 @@ void CudaBackend::selectiveScan(const ScanArgs& args) {
         }
     }
     cuda::selectiveScan(e, args, plan, scan_ws_);
+}
+
+// ---- training ----
+
+Exec CudaBackend::trainEnter() {
+    enter();
+    flush();
+    return nextExec();
+}
+
+float* CudaBackend::growTrainWorkspace(void* self, int slot, int64_t floats) {
+    CudaBackend& be = *static_cast<CudaBackend*>(self);
+    if (slot < 0 || slot >= kTrainSlots) throw std::logic_error("training workspace slot out of range");
+    if (floats > be.train_ws_floats_[slot]) {
+        // Grow with headroom so slowly growing shapes do not reallocate every call.
+        const int64_t want = std::max<int64_t>(floats, be.train_ws_floats_[slot] + be.train_ws_floats_[slot] / 2);
+        float* bigger = be.alloc(want);
+        be.freeNow(be.train_ws_[slot]);  // synchronises first: queued kernels may still use the old one
+        be.train_ws_[slot] = bigger;
+        be.train_ws_floats_[slot] = want;
+    }
+    return be.train_ws_[slot];
+}
+
+train::Scratch CudaBackend::trainScratch() { return train::Scratch{this, &CudaBackend::growTrainWorkspace}; }
+
+void CudaBackend::linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
+                                 float beta) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (rows <= 0) return;
+    trainEnter();
+    setMath(kCublasDefaultMath);  // true f32, whatever the forward's storage
+    train::linearBackward(blas_, dy, lddy, rows, w.f32, w.out, w.in, dx, lddx, beta);
+}
+
+void CudaBackend::linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out,
+                                   int in, float* dw, float* dbias) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (rows <= 0) return;
+    const Exec e = trainEnter();
+    setMath(kCublasDefaultMath);
+    train::linearWeightGrad(e, blas_, dy, lddy, x, ldx, rows, out, in, dw, dbias, trainScratch());
+}
+
+void CudaBackend::rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy,
+                                  int64_t rows, int d, float eps, float* dx, int64_t lddx, float beta, float* dw) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (rows <= 0) return;
+    const Exec e = trainEnter();
+    train::rmsnormBackward(e, x, ldx, w, dy, lddy, rows, d, eps, dx, lddx, beta, dw, trainScratch());
+}
+
+void CudaBackend::convSiluBackward(const ConvBackwardArgs& args) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const Exec e = trainEnter();
+    train::convSiluBackward(e, args, trainScratch());
+}
+
+void CudaBackend::selectiveScanTrain(const ScanArgs& args, float* checkpoints, int chunk) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const Exec e = trainEnter();
+    train::selectiveScanTrain(e, args, checkpoints, chunk);
+}
+
+void CudaBackend::selectiveScanBackward(const ScanBackwardArgs& args) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    const Exec e = trainEnter();
+    train::selectiveScanBackward(e, args, trainScratch());
+}
+
+void CudaBackend::scale(float* x, int64_t n, float s) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (n <= 0) return;  // (also the trainer's probe for training support)
+    const Exec e = trainEnter();
+    train::scale(e, x, n, s);
+}
+
+double CudaBackend::sumOfSquares(const float* x, int64_t n) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (n <= 0) return 0.0;
+    const Exec e = trainEnter();
+    return train::sumOfSquares(e, x, n, trainScratch());
+}
+
+void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& args) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (n <= 0) return;
+    const Exec e = trainEnter();
+    train::adamw(e, p, g, m, v, n, args);
+    serialize_next_ = true;  // weights changed: the next kernel must not prefetch them before its pdlWait()
+}
+
+double CudaBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (n <= 0) return 0.0;
+    const Exec e = trainEnter();
+    return train::mse(e, y, target, n, scale, dy, trainScratch());
+}
+
+void CudaBackend::crossEntropy(const float* logits, int64_t rows, int vocab, const int32_t* targets, int ignore_index,
+                               float scale, float* loss, float* correct, float* dlogits) {
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    if (rows <= 0) return;
+    const Exec e = trainEnter();
+    train::crossEntropy(e, logits, rows, vocab, targets, ignore_index, scale, loss, correct, dlogits);
 }
 
 // ---- graphs ----

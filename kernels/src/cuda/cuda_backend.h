@@ -8,11 +8,16 @@
 // kept pending and, if the next call is the scan consuming it as dt, the scan computes it. Every other
 // call launches what is pending first, so callers see the same results in the same order — any new
 // method that touches device memory must call flush() first.
+//
+// Training (the stages at the end of Backend): kernels in train_*.cu (train_kernels.h), cuBLAS in true
+// f32 for the backward products, growable workspaces per stage (train_ws_), no atomics: results are
+// bit-identical from run to run on the same GPU model.
 #pragma once
 
 #include "../common/backend.h"
 #include "cublas_loader.h"
 #include "kernels.h"
+#include "train_kernels.h"
 
 #include <mutex>
 #include <string>
@@ -52,6 +57,23 @@ public:
     void destroyGraph(void* graph) noexcept override;
     void synchronize() override;
 
+    // ---- training (train_*.cu) ----
+    void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
+                        float beta) override;
+    void linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out, int in,
+                          float* dw, float* dbias) override;
+    void rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy, int64_t rows,
+                         int d, float eps, float* dx, int64_t lddx, float beta, float* dw) override;
+    void convSiluBackward(const ConvBackwardArgs& args) override;
+    void selectiveScanTrain(const ScanArgs& args, float* checkpoints, int chunk) override;
+    void selectiveScanBackward(const ScanBackwardArgs& args) override;
+    void scale(float* x, int64_t n, float s) override;
+    double sumOfSquares(const float* x, int64_t n) override;
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& args) override;
+    double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
+    void crossEntropy(const float* logits, int64_t rows, int vocab, const int32_t* targets, int ignore_index,
+                      float scale, float* loss, float* correct, float* dlogits) override;
+
     // ---- for the kernel tests and benchmarks ----
     int ordinal() const { return ordinal_; }
     cudaStream_t stream() const { return stream_; }
@@ -76,6 +98,11 @@ private:
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
     void freeNow(void* p) noexcept;
     void releaseRetired() noexcept;
+    /** The lock is held: starts a training stage (device current, pending stage launched, its Exec). */
+    Exec trainEnter();
+    /** A training stage's workspace (see train::Scratch); grows outside captures only. */
+    train::Scratch trainScratch();
+    static float* growTrainWorkspace(void* self, int slot, int64_t floats);
 
     std::recursive_mutex mu_;
     const int ordinal_;
@@ -86,6 +113,9 @@ private:
     size_t lowp_ws_bytes_ = 0;
     float* scan_ws_ = nullptr;  // chunk states of the chunked scan, grown outside captures
     int64_t scan_ws_floats_ = 0;
+    static constexpr int kTrainSlots = 8;
+    float* train_ws_[kTrainSlots] = {};   // training workspaces by slot (train_kernels.h says who uses which)
+    int64_t train_ws_floats_[kTrainSlots] = {};
     Exec exec_;
     bool pdl_ = false;
     bool serialize_next_ = true;  // the next stage must not overlap its predecessor (weights just changed)

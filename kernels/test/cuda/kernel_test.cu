@@ -1,5 +1,7 @@
 // Checks every stage of the CUDA backend against plain double-precision C++ on fresh random inputs
-// (outputs poisoned with NaN before each call), then times the kernels with CUDA events against their
+// (outputs poisoned with NaN before each call) — the inference stages and the training stages (backward
+// products, rmsnorm/conv/scan backward, the scan with checkpoints, reductions, AdamW, losses; each training
+// reduction also rerun and compared bit for bit) — then times the kernels with CUDA events against their
 // HBM floor. Exit status 1 when any check fails.
 //
 //   kernel_test [--seed N] [--no-timing] [--lmhead FILE]
@@ -555,6 +557,486 @@ void checkOom() {
     report("alloc 16 TiB throws, next ok", "OutOfMemoryError", "-", err, 0);
 }
 
+// ---------------- training stages (train_*.cu) ----------------
+
+bool bitsEqual(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double dsilu(double x) {
+    const double s = sigmoid(x);
+    return s * (1.0 + x * (1.0 - s));
+}
+
+/** dx = beta·dx + dy·W with the f32 master (a bf16 copy, when present, must be ignored). */
+void checkLinearBackward(int out, int in, int64_t rows, float beta, int pad, int dtype) {
+    Weight W(out, in, dtype);
+    const int64_t lddy = out + pad, lddx = in + pad;
+    auto dy = randv(static_cast<size_t>(rows * lddy), -1, 1);
+    auto dx0 = randv(static_cast<size_t>(rows * lddx), -1, 1);
+    Dev ddy(dy), ddx(rows * lddx);
+    if (beta == 0.f) ddx.poison();
+    else ddx.put(dx0);
+    be->linearBackward(ddy.p, lddy, rows, W.matrix(), ddx.p, lddx, beta);
+    auto got = ddx.get();
+    Err e;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int i = 0; i < in; ++i) {
+            double acc = beta != 0.f ? beta * static_cast<double>(dx0[r * lddx + i]) : 0.0;
+            for (int o = 0; o < out; ++o)
+                acc += static_cast<double>(dy[r * lddy + o]) * W.host[static_cast<size_t>(o) * in + i];
+            e.add(got[r * lddx + i], acc);
+        }
+    report("linearBackward (cuBLAS)",
+           fmt("rows=%lld out=%d in=%d beta=%g pad=%d", static_cast<long long>(rows), out, in, beta, pad),
+           dtypeName(dtype), e.value(), 1e-5);
+}
+
+/** dw += dyᵀ·x, dbias += Σ dy; twice from the same start must give the same bits. */
+void checkLinearWeightGrad(int out, int in, int64_t rows, bool bias, int pad) {
+    const int64_t lddy = out + pad, ldx = in + pad;
+    auto dy = randv(static_cast<size_t>(rows * lddy), -1, 1);
+    auto x = randv(static_cast<size_t>(rows * ldx), -1, 1);
+    auto dw0 = randv(static_cast<size_t>(out) * in, -1, 1);
+    auto db0 = randv(static_cast<size_t>(out), -1, 1);
+    Dev ddy(dy), dx(x), ddw(dw0), ddb(db0);
+    be->linearWeightGrad(ddy.p, lddy, dx.p, ldx, rows, out, in, ddw.p, bias ? ddb.p : nullptr);
+    auto gw = ddw.get(), gb = ddb.get();
+    Err ew, eb;
+    for (int o = 0; o < out; ++o) {
+        double sb = db0[o];
+        for (int64_t r = 0; r < rows; ++r) sb += dy[r * lddy + o];
+        eb.add(gb[o], bias ? sb : db0[o]);
+        for (int i = 0; i < in; ++i) {
+            double acc = dw0[static_cast<size_t>(o) * in + i];
+            for (int64_t r = 0; r < rows; ++r) acc += static_cast<double>(dy[r * lddy + o]) * x[r * ldx + i];
+            ew.add(gw[static_cast<size_t>(o) * in + i], acc);
+        }
+    }
+    ddw.put(dw0);
+    ddb.put(db0);
+    be->linearWeightGrad(ddy.p, lddy, dx.p, ldx, rows, out, in, ddw.p, bias ? ddb.p : nullptr);
+    const bool same = bitsEqual(gw, ddw.get()) && bitsEqual(gb, ddb.get());
+    const std::string shape =
+        fmt("rows=%lld out=%d in=%d%s pad=%d", static_cast<long long>(rows), out, in, bias ? " +b" : "", pad);
+    report("linearWeightGrad dW", shape, "f32", ew.value(), 1e-5);
+    if (bias) report("linearWeightGrad dbias", shape, "f32", eb.value(), 1e-5);
+    report("linearWeightGrad rerun", shape + ", bitwise", "f32", same ? 0 : 1, 0);
+}
+
+void checkRmsnormBackward(int64_t rows, int d, float beta, int pad) {
+    const int64_t ldx = d + pad, lddy = d + 2 * pad, lddx = d + 3 * pad;
+    const double eps = 1e-5;
+    auto x = randv(static_cast<size_t>(rows * ldx), -2, 2);
+    auto w = randv(static_cast<size_t>(d), 0.5, 1.5);
+    auto dy = randv(static_cast<size_t>(rows * lddy), -1, 1);
+    auto dx0 = randv(static_cast<size_t>(rows * lddx), -1, 1);
+    auto dw0 = randv(static_cast<size_t>(d), -1, 1);
+    Dev dX(x), dW(w), dDY(dy), dDX(rows * lddx), dDW(dw0);
+    if (beta == 0.f) dDX.poison();
+    else dDX.put(dx0);
+    be->rmsnormBackward(dX.p, ldx, dW.p, dDY.p, lddy, rows, d, static_cast<float>(eps), dDX.p, lddx, beta, dDW.p);
+    auto gx = dDX.get(), gw = dDW.get();
+    Err ex, ew;
+    std::vector<double> accw(dw0.begin(), dw0.end());
+    for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0, dot = 0;
+        for (int j = 0; j < d; ++j) ss += static_cast<double>(x[r * ldx + j]) * x[r * ldx + j];
+        const double rho = 1.0 / std::sqrt(ss / d + eps);
+        for (int j = 0; j < d; ++j) dot += static_cast<double>(w[j]) * dy[r * lddy + j] * x[r * ldx + j] * rho;
+        const double mean = dot / d;  // mean(g ⊙ x̂)
+        for (int j = 0; j < d; ++j) {
+            const double xh = x[r * ldx + j] * rho;
+            double v = rho * (static_cast<double>(w[j]) * dy[r * lddy + j] - xh * mean);
+            if (beta != 0.f) v += beta * static_cast<double>(dx0[r * lddx + j]);
+            ex.add(gx[r * lddx + j], v);
+            accw[j] += dy[r * lddy + j] * xh;
+        }
+    }
+    for (int j = 0; j < d; ++j) ew.add(gw[j], accw[j]);
+    dDW.put(dw0);
+    if (beta != 0.f) dDX.put(dx0);
+    be->rmsnormBackward(dX.p, ldx, dW.p, dDY.p, lddy, rows, d, static_cast<float>(eps), dDX.p, lddx, beta, dDW.p);
+    const bool same = bitsEqual(gx, dDX.get()) && bitsEqual(gw, dDW.get());
+    const std::string shape = fmt("rows=%lld d=%d beta=%g pad=%d", static_cast<long long>(rows), d, beta, pad);
+    report("rmsnormBackward dx", shape, "f32", ex.value(), 1e-5);
+    report("rmsnormBackward dw", shape, "f32", ew.value(), 1e-5);
+    report("rmsnormBackward rerun", shape + ", bitwise", "f32", same ? 0 : 1, 0);
+}
+
+void checkConvBackward(int B, int T, int E, int K) {
+    const int H = K - 1;
+    const int64_t ldx = 2 * E + 3, ldu = E + 1, lddx = 2 * E + 5, hstride = static_cast<int64_t>(E) * H + 5;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    auto x = randv(static_cast<size_t>(R * ldx), -1, 1);
+    auto w = randv(static_cast<size_t>(E) * K, -0.5, 0.5);
+    auto bias = randv(static_cast<size_t>(E), -0.5, 0.5);
+    auto hist = randv(static_cast<size_t>(B * hstride), -1, 1);
+    auto du = randv(static_cast<size_t>(R * ldu), -1, 1);
+    auto dw0 = randv(static_cast<size_t>(E) * K, -1, 1);
+    auto db0 = randv(static_cast<size_t>(E), -1, 1);
+    Dev dX(x), dW(w), dB(bias), dH(hist), dU(du), dDX(R * lddx), dDW(dw0), dDB(db0);
+    dDX.poison();
+    ConvBackwardArgs c{dX.p, ldx, dH.p, hstride, dW.p, dB.p, dU.p, ldu, dDX.p, lddx, dDW.p, dDB.p, B, T, E, K};
+    be->convSiluBackward(c);
+    auto gx = dDX.get(), gw = dDW.get(), gb = dDB.get();
+    Err ex, ew, eb;
+    std::vector<double> accw(dw0.begin(), dw0.end()), accb(db0.begin(), db0.end());
+    for (int b = 0; b < B; ++b)
+        for (int d = 0; d < E; ++d) {
+            std::vector<double> seq, dc(static_cast<size_t>(T));
+            for (int i = 0; i < H; ++i) seq.push_back(hist[b * hstride + static_cast<int64_t>(d) * H + i]);
+            for (int t = 0; t < T; ++t) seq.push_back(x[(static_cast<int64_t>(b) * T + t) * ldx + d]);
+            for (int t = 0; t < T; ++t) {
+                double acc = bias[d];
+                for (int k = 0; k < K; ++k) acc += static_cast<double>(w[d * K + k]) * seq[t + k];
+                dc[t] = du[(static_cast<int64_t>(b) * T + t) * ldu + d] * dsilu(acc);
+                accb[d] += dc[t];
+                for (int k = 0; k < K; ++k) accw[d * K + k] += dc[t] * seq[t + k];
+            }
+            for (int s = 0; s < T; ++s) {
+                double acc = 0;
+                for (int k = 0; k < K; ++k)
+                    if (s + H - k < T) acc += static_cast<double>(w[d * K + k]) * dc[s + H - k];
+                ex.add(gx[(static_cast<int64_t>(b) * T + s) * lddx + d], acc);
+            }
+        }
+    for (size_t i = 0; i < accw.size(); ++i) ew.add(gw[i], accw[i]);
+    for (size_t i = 0; i < accb.size(); ++i) eb.add(gb[i], accb[i]);
+    dDW.put(dw0);
+    dDB.put(db0);
+    be->convSiluBackward(c);
+    const bool same = bitsEqual(gx, dDX.get()) && bitsEqual(gw, dDW.get()) && bitsEqual(gb, dDB.get()) &&
+                      bitsEqual(hist, dH.get());
+    const std::string shape = fmt("B=%d T=%d E=%d K=%d", B, T, E, K);
+    report("convSiluBackward dx", shape, "f32", ex.value(), 1e-5);
+    report("convSiluBackward dw", shape, "f32", ew.value(), 1e-5);
+    report("convSiluBackward dbias", shape, "f32", eb.value(), 1e-5);
+    report("convSiluBackward rerun", shape + ", bitwise", "f32", same ? 0 : 1, 0);
+}
+
+/** Random inputs of a scan in the layout the model uses (B/C inside x_proj's output, z inside xz). */
+struct ScanData {
+    int B, T, E, N, dt_rank = 3;
+    int64_t R, ldbc, ldz, hstride;
+    std::vector<float> dt, a, bc, u, z, dsk, h0;
+    ScanData(int B_, int T_, int E_, int N_) : B(B_), T(T_), E(E_), N(N_) {
+        R = static_cast<int64_t>(B) * T;
+        ldbc = dt_rank + 2 * N + 1;
+        ldz = 2 * E;
+        hstride = static_cast<int64_t>(E) * N + 7;
+        dt = randv(static_cast<size_t>(R * E), -4.5, -1.0);
+        for (size_t i = 0; i < dt.size(); i += 97) dt[i] = 21.f + static_cast<float>(i % 3);  // softplus threshold
+        for (size_t i = 3; i < dt.size(); i += 89) dt[i] = 2.5f;
+        a.resize(static_cast<size_t>(E) * N);
+        auto alog = randv(a.size(), 0.0, std::log(16.0));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(-std::exp(static_cast<double>(alog[i])));
+        bc = randv(static_cast<size_t>(R * ldbc), -1, 1);
+        u = randv(static_cast<size_t>(R * E), -1, 1);
+        z = randv(static_cast<size_t>(R * ldz), -2, 2);
+        dsk = randv(static_cast<size_t>(E), 0.5, 1.5);
+        h0 = randv(static_cast<size_t>(B * hstride), -1, 1);
+    }
+    double Bv(int64_t r, int n) const { return bc[r * ldbc + dt_rank + n]; }
+    double Cv(int64_t r, int n) const { return bc[r * ldbc + dt_rank + N + n]; }
+    /** Double-precision states h_t (after step t) of row b, channel d: [T+1][N], index 0 = h0. */
+    std::vector<double> states(int b, int d) const {
+        std::vector<double> h(static_cast<size_t>(T + 1) * N);
+        for (int n = 0; n < N; ++n) h[n] = h0[b * hstride + static_cast<int64_t>(d) * N + n];
+        for (int t = 0; t < T; ++t) {
+            const int64_t r = static_cast<int64_t>(b) * T + t;
+            const double delta = softplus(dt[r * E + d]), uu = u[r * E + d];
+            for (int n = 0; n < N; ++n)
+                h[(t + 1) * N + n] = std::exp(delta * a[static_cast<size_t>(d) * N + n]) * h[t * N + n] +
+                                     delta * Bv(r, n) * uu;
+        }
+        return h;
+    }
+};
+
+void checkScanTrain(int B, int T, int E, int N, int chunk) {
+    ScanData S(B, T, E, N);
+    const int chunks = (T + chunk - 1) / chunk;
+    Dev ddt(S.dt), da(S.a), dbc(S.bc), du(S.u), dz(S.z), dd(S.dsk), dh(S.h0), dout(S.R * E),
+        dck(static_cast<int64_t>(B) * chunks * E * N);
+    dout.poison();
+    dck.poison();
+    ScanArgs s{ddt.p, da.p, dbc.p + S.dt_rank, S.ldbc, du.p, dz.p + E, S.ldz, dd.p, dh.p, S.hstride, dout.p, B, T, E, N};
+    be->selectiveScanTrain(s, dck.p, chunk);
+    auto out = dout.get(), hgot = dh.get(), ck = dck.get();
+    Err eo, eh, ec;
+    for (int b = 0; b < B; ++b) {
+        for (int d = 0; d < E; ++d) {
+            auto h = S.states(b, d);
+            for (int t = 0; t < T; ++t) {
+                const int64_t r = static_cast<int64_t>(b) * T + t;
+                double y = S.dsk[d] * static_cast<double>(S.u[r * E + d]);
+                for (int n = 0; n < N; ++n) y += h[(t + 1) * N + n] * S.Cv(r, n);
+                eo.add(out[r * E + d], y * silu(S.z[r * S.ldz + E + d]));
+                if (t % chunk == 0)
+                    for (int n = 0; n < N; ++n)
+                        ec.add(ck[((static_cast<int64_t>(b) * chunks + t / chunk) * E + d) * N + n], h[t * N + n]);
+            }
+            for (int n = 0; n < N; ++n) eh.add(hgot[b * S.hstride + static_cast<int64_t>(d) * N + n], h[T * N + n]);
+        }
+        for (int64_t i = static_cast<int64_t>(E) * N; i < S.hstride; ++i)
+            eh.add(hgot[b * S.hstride + i], S.h0[b * S.hstride + i]);  // the gap between rows is untouched
+    }
+    const std::string shape = fmt("B=%d T=%d E=%d N=%d chunk=%d", B, T, E, N, chunk);
+    report("selectiveScanTrain output", shape, "f32", eo.value(), 2e-5);
+    report("selectiveScanTrain state", shape, "f32", eh.value(), 2e-5);
+    report("selectiveScanTrain checkpoints", shape, "f32", ec.value(), 2e-5);
+}
+
+/** The scan backward from selectiveScanTrain's checkpoints against reverse-mode differentiation in double. */
+void checkScanBackward(int B, int T, int E, int N, int chunk) {
+    ScanData S(B, T, E, N);
+    const int chunks = (T + chunk - 1) / chunk;
+    const int64_t R = S.R, lddbc = S.ldbc + 2, lddz = 2 * E + 1;
+    Dev ddt(S.dt), da(S.a), dbc(S.bc), du(S.u), dz(S.z), dd(S.dsk), dh(S.h0), dout(R * E),
+        dck(static_cast<int64_t>(B) * chunks * E * N);
+    ScanArgs s{ddt.p, da.p, dbc.p + S.dt_rank, S.ldbc, du.p, dz.p + E, S.ldz, dd.p, dh.p, S.hstride, dout.p, B, T, E, N};
+    be->selectiveScanTrain(s, dck.p, chunk);
+    auto g_out = randv(static_cast<size_t>(R * E), -1, 1);
+    auto dal0 = randv(static_cast<size_t>(E) * N, -1, 1), ddk0 = randv(static_cast<size_t>(E), -1, 1);
+    Dev dGout(g_out), dDDT(R * E), dDBC(R * lddbc), dDU(R * E), dDZ(R * lddz), dDAL(dal0), dDD(ddk0);
+    dDDT.poison();
+    dDBC.poison();
+    dDU.poison();
+    dDZ.poison();
+    ScanBackwardArgs sb{ddt.p, da.p, dbc.p + S.dt_rank, S.ldbc, du.p, dz.p + E, S.ldz, dd.p, dck.p, chunk,
+                        dGout.p, dDDT.p, dDBC.p + S.dt_rank, lddbc, dDU.p, dDZ.p + E, lddz, dDAL.p, dDD.p,
+                        B, T, E, N};
+    be->selectiveScanBackward(sb);
+    auto gdt = dDDT.get(), gbc = dDBC.get(), gu = dDU.get(), gz = dDZ.get(), gal = dDAL.get(), gd = dDD.get();
+    // reference
+    std::vector<double> rdt(static_cast<size_t>(R * E)), ru(rdt.size()), rz(rdt.size());
+    std::vector<double> rB(static_cast<size_t>(R * N), 0.0), rC(rB.size(), 0.0);
+    std::vector<double> rA(static_cast<size_t>(E) * N, 0.0), rD(static_cast<size_t>(E), 0.0);
+    for (int b = 0; b < B; ++b)
+        for (int d = 0; d < E; ++d) {
+            auto h = S.states(b, d);
+            std::vector<double> G(static_cast<size_t>(N), 0.0);
+            for (int t = T - 1; t >= 0; --t) {
+                const int64_t r = static_cast<int64_t>(b) * T + t;
+                const double x = S.dt[r * E + d], delta = softplus(x), uu = S.u[r * E + d];
+                const double zz = S.z[r * S.ldz + E + d], go = g_out[r * E + d];
+                double y = S.dsk[d] * uu;
+                for (int n = 0; n < N; ++n) y += h[(t + 1) * N + n] * S.Cv(r, n);
+                const double sz = sigmoid(zz), dy = go * zz * sz;
+                rz[r * E + d] = go * y * sz * (1.0 + zz * (1.0 - sz));
+                rD[d] += dy * uu;
+                double sGB = 0, sDelta = 0;
+                for (int n = 0; n < N; ++n) {
+                    const double an = S.a[static_cast<size_t>(d) * N + n], e = std::exp(delta * an);
+                    const double gn = G[n] + dy * S.Cv(r, n);
+                    rC[r * N + n] += dy * h[(t + 1) * N + n];
+                    rB[r * N + n] += gn * delta * uu;
+                    sGB += gn * S.Bv(r, n);
+                    const double gah = gn * e * h[t * N + n];
+                    sDelta += gah * an + gn * S.Bv(r, n) * uu;
+                    rA[static_cast<size_t>(d) * N + n] += gah * delta;
+                    G[n] = gn * e;
+                }
+                ru[r * E + d] = S.dsk[d] * dy + delta * sGB;
+                rdt[r * E + d] = sDelta * (x > 20.0 ? 1.0 : sigmoid(x));
+            }
+        }
+    Err edt, eb, ec, eu, ez, ea, ed;
+    for (int64_t r = 0; r < R; ++r) {
+        for (int d = 0; d < E; ++d) {
+            edt.add(gdt[r * E + d], rdt[r * E + d]);
+            eu.add(gu[r * E + d], ru[r * E + d]);
+            ez.add(gz[r * lddz + E + d], rz[r * E + d]);
+        }
+        for (int n = 0; n < N; ++n) {
+            eb.add(gbc[r * lddbc + S.dt_rank + n], rB[r * N + n]);
+            ec.add(gbc[r * lddbc + S.dt_rank + N + n], rC[r * N + n]);
+        }
+        // columns outside the outputs keep their poison
+        if (!std::isnan(gbc[r * lddbc]) || !std::isnan(gz[r * lddz])) eb.bad = true;
+    }
+    for (int d = 0; d < E; ++d) {
+        ed.add(gd[d], ddk0[d] + rD[d]);
+        for (int n = 0; n < N; ++n) {
+            const size_t i = static_cast<size_t>(d) * N + n;
+            ea.add(gal[i], dal0[i] + rA[i] * S.a[i]);
+        }
+    }
+    dDAL.put(dal0);
+    dDD.put(ddk0);
+    be->selectiveScanBackward(sb);
+    const bool same = bitsEqual(gdt, dDDT.get()) && bitsEqual(gbc, dDBC.get()) && bitsEqual(gu, dDU.get()) &&
+                      bitsEqual(gz, dDZ.get()) && bitsEqual(gal, dDAL.get()) && bitsEqual(gd, dDD.get());
+    const std::string shape = fmt("B=%d T=%d E=%d N=%d chunk=%d", B, T, E, N, chunk);
+    const double tol = 1e-4;
+    report("scanBackward ddt", shape, "f32", edt.value(), tol);
+    report("scanBackward dB", shape, "f32", eb.value(), tol);
+    report("scanBackward dC", shape, "f32", ec.value(), tol);
+    report("scanBackward du", shape, "f32", eu.value(), tol);
+    report("scanBackward dz", shape, "f32", ez.value(), tol);
+    report("scanBackward dA_log", shape, "f32", ea.value(), tol);
+    report("scanBackward dD", shape, "f32", ed.value(), tol);
+    report("scanBackward rerun", shape + ", bitwise", "f32", same ? 0 : 1, 0);
+}
+
+void checkReductions() {
+    for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{8192}, int64_t{1000003}}) {
+        auto x = randv(static_cast<size_t>(n), -2, 2);
+        Dev dx(x);
+        double want = 0;
+        for (float v : x) want += static_cast<double>(v) * v;
+        const double got = be->sumOfSquares(dx.p, n), again = be->sumOfSquares(dx.p, n);
+        report("sumOfSquares", fmt("n=%lld (double)", static_cast<long long>(n)), "f64", std::fabs(got - want) / want,
+               1e-11);
+        report("sumOfSquares rerun", fmt("n=%lld, bitwise", static_cast<long long>(n)), "f64", got == again ? 0 : 1, 0);
+    }
+    {
+        const int64_t n = 100003;
+        auto x = randv(static_cast<size_t>(n), -2, 2);
+        Dev dx(x);
+        be->scale(dx.p, n, 0.37f);
+        be->scale(nullptr, 0, 2.f);  // the trainer's probe: a no-op
+        auto got = dx.get();
+        Err e;
+        for (int64_t i = 0; i < n; ++i) e.add(got[i], static_cast<double>(x[i] * 0.37f));
+        report("scale", "n=100003, exact", "f32", e.value(), 0);
+    }
+    {
+        const int64_t n = 100003;
+        auto y = randv(static_cast<size_t>(n), -2, 2), t = randv(static_cast<size_t>(n), -2, 2);
+        Dev dy(y), dt(t), dg(n);
+        dg.poison();
+        const float sc = 0.25f / static_cast<float>(n);
+        const double got = be->mse(dy.p, dt.p, n, sc, dg.p);
+        auto g = dg.get();
+        double want = 0;
+        Err e;
+        for (int64_t i = 0; i < n; ++i) {
+            const double d = static_cast<double>(y[i]) - t[i];
+            want += d * d;
+            e.add(g[i], 2.0 * sc * d);
+        }
+        report("mse sum", "n=100003 (double)", "f64", std::fabs(got - want) / want, 1e-7);
+        report("mse gradient", "n=100003", "f32", e.value(), 1e-6);
+    }
+}
+
+void checkAdamW() {
+    const int64_t n = 100003;
+    auto p = randv(static_cast<size_t>(n), -1, 1), g = randv(static_cast<size_t>(n), -1, 1);
+    auto m = randv(static_cast<size_t>(n), -0.1, 0.1), v = randv(static_cast<size_t>(n), 0, 0.01);
+    g[0] = 0.f;
+    m[0] = 0.f;
+    v[0] = 0.f;
+    Dev dp(p), dg(g), dm(m), dv(v);
+    AdamWArgs a{};
+    a.lr = 3e-3f;
+    a.beta1 = 0.9f;
+    a.beta2 = 0.999f;
+    a.eps = 1e-8f;
+    a.weight_decay = 0.05f;
+    a.bias_correction1 = static_cast<float>(1.0 - std::pow(0.9, 7.0));
+    a.bias_correction2 = static_cast<float>(1.0 - std::pow(0.999, 7.0));
+    a.grad_scale = 0.8f;
+    be->adamw(dp.p, dg.p, dm.p, dv.p, n, a);
+    auto gp = dp.get(), gm = dm.get(), gv = dv.get();
+    Err ep, em, ev;
+    for (int64_t i = 0; i < n; ++i) {
+        const double gi = static_cast<double>(g[i]) * a.grad_scale;
+        const double mi = a.beta1 * static_cast<double>(m[i]) + (1.0 - a.beta1) * gi;
+        const double vi = a.beta2 * static_cast<double>(v[i]) + (1.0 - a.beta2) * gi * gi;
+        const double denom = std::sqrt(vi) / std::sqrt(static_cast<double>(a.bias_correction2)) + a.eps;
+        const double pi = p[i] * (1.0 - static_cast<double>(a.lr) * a.weight_decay) -
+                          static_cast<double>(a.lr) / a.bias_correction1 * mi / denom;
+        ep.add(gp[i], pi);
+        em.add(gm[i], mi);
+        ev.add(gv[i], vi);
+    }
+    report("adamw p", "n=100003", "f32", ep.value(), 1e-6);
+    report("adamw m", "n=100003", "f32", em.value(), 1e-6);
+    report("adamw v", "n=100003", "f32", ev.value(), 1e-6);
+}
+
+void checkCrossEntropy(int64_t rows, int vocab, bool inPlace) {
+    const int ignore = -100;
+    const float sc = 1.f / 3.f;
+    auto logits = randv(static_cast<size_t>(rows * vocab), -4, 4);
+    std::vector<int32_t> tg(static_cast<size_t>(rows));
+    std::uniform_int_distribution<int> pick(0, vocab - 1);
+    for (int64_t r = 0; r < rows; ++r) tg[r] = r % 5 == 2 ? ignore : pick(rng);
+    if (rows > 3 && vocab > 3) {  // a tie for the maximum: the smaller index wins
+        logits[3 * vocab + 1] = 9.f;
+        logits[3 * vocab + vocab - 1] = 9.f;
+        tg[3] = 1;
+    }
+    std::vector<float> tbits(static_cast<size_t>(rows));
+    std::memcpy(tbits.data(), tg.data(), tbits.size() * 4);
+    Dev dl(logits), dt(tbits), dloss(rows), dcor(rows), dg(inPlace ? 0 : rows * vocab);
+    dloss.poison();
+    dcor.poison();
+    if (!inPlace) dg.poison();
+    float* grad = inPlace ? dl.p : dg.p;
+    be->crossEntropy(dl.p, rows, vocab, reinterpret_cast<const int32_t*>(dt.p), ignore, sc, dloss.p, dcor.p, grad);
+    auto loss = dloss.get(), cor = dcor.get(), g = inPlace ? dl.get() : dg.get();
+    Err el, eg;
+    double wrong = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* l = logits.data() + r * vocab;
+        if (tg[r] == ignore) {
+            el.add(loss[r], 0.0);
+            wrong += cor[r] != 0.f;
+            for (int k = 0; k < vocab; ++k) eg.add(g[r * vocab + k], 0.0);
+            continue;
+        }
+        int best = 0;
+        for (int k = 1; k < vocab; ++k)
+            if (l[k] > l[best]) best = k;
+        double mx = l[best], sum = 0;
+        for (int k = 0; k < vocab; ++k) sum += std::exp(l[k] - mx);
+        el.add(loss[r], std::log(sum) + mx - l[tg[r]]);
+        wrong += cor[r] != (best == tg[r] ? 1.f : 0.f);
+        for (int k = 0; k < vocab; ++k)
+            eg.add(g[r * vocab + k], sc * (std::exp(l[k] - mx) / sum - (k == tg[r] ? 1.0 : 0.0)));
+    }
+    const std::string shape = fmt("rows=%lld V=%d%s", static_cast<long long>(rows), vocab, inPlace ? " in place" : "");
+    report("crossEntropy loss", shape, "f32", el.value(), 1e-6);
+    report("crossEntropy dlogits", shape, "f32", eg.value(), 1e-6);
+    report("crossEntropy correct", shape, "f32", wrong, 0);
+}
+
+void checkTraining() {
+    for (int dtype : {DTYPE_F32, DTYPE_BF16}) {
+        checkLinearBackward(96, 64, 37, 0.f, 0, dtype);
+        checkLinearBackward(80, 1536, 300, 1.f, 3, dtype);
+    }
+    checkLinearBackward(5, 7, 3, 0.5f, 1, DTYPE_F32);
+    checkLinearWeightGrad(96, 64, 37, true, 0);
+    checkLinearWeightGrad(80, 1536, 300, false, 3);
+    checkLinearWeightGrad(1536, 48, 2000, true, 0);
+    checkLinearWeightGrad(3, 5, 1, true, 1);
+    checkRmsnormBackward(37, 64, 0.f, 0);
+    checkRmsnormBackward(300, 768, 1.f, 3);
+    checkRmsnormBackward(5, 2000, 0.5f, 1);
+    for (const ConvCase& c : {ConvCase{2, 70, 40, 4}, ConvCase{1, 1, 64, 4}, ConvCase{3, 33, 130, 3},
+                              ConvCase{2, 40, 17, 1}, ConvCase{1, 100, 33, 8}, ConvCase{2, 5, 64, 8}})
+        checkConvBackward(c.B, c.T, c.E, c.K);
+    for (auto [B, T, E, N, chunk] : {std::make_tuple(2, 70, 40, 4, 64), std::make_tuple(3, 130, 96, 16, 64),
+                                     std::make_tuple(1, 50, 33, 5, 7), std::make_tuple(2, 20, 16, 64, 64),
+                                     std::make_tuple(1, 17, 8, 200, 8), std::make_tuple(2, 1, 20, 16, 64),
+                                     std::make_tuple(1, 9, 12, 1, 3), std::make_tuple(4, 64, 128, 16, 64)}) {
+        checkScanTrain(B, T, E, N, chunk);
+        checkScanBackward(B, T, E, N, chunk);
+    }
+    checkReductions();
+    checkAdamW();
+    checkCrossEntropy(37, 1000, false);
+    checkCrossEntropy(37, 1000, true);
+    checkCrossEntropy(12, 5, true);
+    checkCrossEntropy(4, 50280, false);
+}
+
 // ---------------- timing ----------------
 
 /** Median time per call (µs) of fn over `samples` samples of `iters` back-to-back calls, CUDA events. */
@@ -864,6 +1346,7 @@ int main(int argc, char** argv) {
             checkGraph(dt, 16);
         }
         checkOom();
+        checkTraining();
         std::printf("\n%s: %d check(s) failed\n", failures ? "FAILED" : "ALL PASSED", failures);
         if (timing) {
             timeStages();

@@ -45,11 +45,19 @@ import org.mamba4j.nativ.global.libmamba;
  * (the model's inference forward) or a {@link #snapshot()} updated every N steps.
  *
  * <p><b>Determinism.</b> Results are bit-identical from run to run and for any thread count: batch rows and
- * channel blocks are split over threads, and every reduction across them runs in a fixed order.
+ * channel blocks are split over threads, and every reduction across them runs in a fixed order. On a CUDA
+ * device they are bit-identical from run to run on the same GPU model (no atomics; fixed-order reductions);
+ * CPU and GPU agree to f32 rounding, not bit for bit.
  *
  * <p><b>Threads and lifetime.</b> Calls are serialised with the model's own calls. The model must stay
  * open while the trainer is used; every call after {@link #close()} (of either) throws
- * {@link IllegalStateException}. Training runs on the CPU; see {@link #supports(Device)}.
+ * {@link IllegalStateException}.
+ *
+ * <p><b>Devices.</b> Training runs where the model lives: on the CPU (F32) or on a CUDA device (see
+ * {@link #supports(Device)}). On a CUDA device, BF16/F16/TF32 models train with f32 master weights (the model's
+ * parameters, which AdamW updates): the forward's products use the low-precision copy, the backward runs in f32
+ * on the master weights, and the copy is refreshed after every optimizer step. Gradients, moments, the
+ * recurrent state, norms, A_log and D are always f32.
  */
 public final class Trainer implements AutoCloseable {
     /** PyTorch's default ignore index for cross-entropy targets. */
@@ -98,7 +106,7 @@ public final class Trainer implements AutoCloseable {
         return new Builder(model);
     }
 
-    /** Whether training runs on this device (the CPU always; CUDA once its backward stages exist). */
+    /** Whether training runs on this device: the CPU always; a CUDA device when this build has CUDA and it is usable. */
     public static boolean supports(Device device) {
         Native.load();
         return libmamba.trainingSupported(device.code());

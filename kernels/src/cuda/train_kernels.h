@@ -1,0 +1,82 @@
+// Host-side launchers of the CUDA training stages (the Backend methods at the end of backend.h). One .cu
+// file per concept: train_linear.cu (cuBLAS products of backward), train_reduce.cu (deterministic
+// reductions shared by the others), train_norm.cu, train_conv.cu, train_scan.cu, train_optim.cu,
+// train_loss.cu. The CPU versions (cpu/cpu_backward.cpp) define the semantics.
+//
+// Determinism: no atomics anywhere. Every sum over rows, time steps, channels or elements is cut into
+// pieces whose size is a constant of this code (never a function of the GPU or of a launch heuristic),
+// each piece is summed in a fixed order, and the pieces are combined in index order. Two runs on the same
+// GPU model therefore give bit-identical results.
+#pragma once
+
+#include "../common/backend.h"
+#include "cublas_loader.h"
+#include "cuda_check.h"
+
+#include <cstdint>
+
+namespace mamba::cuda::train {
+
+/**
+ * Device workspaces on demand, owned by the caller (the backend): get(slot, n) returns at least n floats
+ * that stay valid until the next request of the same slot. Contents are never assumed to be anything.
+ * Slots: 0, 1, 2 the partial sums of the conv and scan backward; 3 rmsnorm's 1/rms per row; 5 the double
+ * partials of sumOfSquares and mse; 7 columnSums (called by linearWeightGrad and rmsnormBackward).
+ */
+struct Scratch {
+    void* owner;
+    float* (*grow)(void* owner, int slot, int64_t floats);
+    float* get(int slot, int64_t floats) const { return grow(owner, slot, floats); }
+};
+
+// ---- train_linear.cu (the math mode of `blas` must already be CUBLAS_DEFAULT_MATH: true f32) ----
+/** dx[r, 0:in] = beta·dx[r] + dy[r, 0:out]·W (W [out, in] row-major f32). */
+void linearBackward(cublasHandle blas, const float* dy, int64_t lddy, int64_t rows, const float* w, int out, int in,
+                    float* dx, int64_t lddx, float beta);
+/** dw[out, in] += Σ_r dy[r]ᵀ·x[r] (one cuBLAS product over every row); dbias[out] += Σ_r dy[r] when not null. */
+void linearWeightGrad(const Exec& ex, cublasHandle blas, const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                      int64_t rows, int out, int in, float* dw, float* dbias, const Scratch& scratch);
+
+// ---- train_reduce.cu ----
+/**
+ * acc[j] += Σ_r v(r, j) for j < cols, with v = a[r, j], or a[r, j]·(b[r, j]·rs[r]) when b is not null.
+ * Rows are summed in fixed slabs (in row order within a slab), the slabs in slab order. Uses scratch slot 7.
+ */
+void columnSums(const Exec& ex, const float* a, int64_t lda, const float* b, int64_t ldb, const float* rs, int64_t rows,
+                int cols, float* acc, const Scratch& scratch);
+/** Elements per partial sum of the double-precision reductions below (a constant: results never depend on the GPU). */
+constexpr int64_t kSumChunk = 8192;
+/** Σ_i x[i]² in double: per-chunk tree sums, then the chunk partials summed by one block. Synchronises. */
+double sumOfSquares(const Exec& ex, const float* x, int64_t n, const Scratch& scratch);
+/** Sums m doubles at part (device) with one block in a fixed tree; result at out (device). */
+void sumPartials(const Exec& ex, const double* part, int64_t m, double* out);
+/** Copies one double from the device to the host after the queued work (synchronises the stream). */
+double readDouble(const Exec& ex, const double* src);
+/** x[i] *= s. */
+void scale(const Exec& ex, float* x, int64_t n, float s);
+
+// ---- train_norm.cu ----
+void rmsnormBackward(const Exec& ex, const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy,
+                     int64_t rows, int d, float eps, float* dx, int64_t lddx, float beta, float* dw,
+                     const Scratch& scratch);
+
+// ---- train_conv.cu ----
+/** Time steps per thread of the conv backward: partial weight gradients per (row, tile), summed in order. */
+constexpr int kConvTile = 32;
+void convSiluBackward(const Exec& ex, const ConvBackwardArgs& c, const Scratch& scratch);
+
+// ---- train_scan.cu ----
+/** The scan for training: as selectiveScan, plus the state before steps 0, chunk, 2·chunk, … into checkpoints. */
+void selectiveScanTrain(const Exec& ex, const ScanArgs& s, float* checkpoints, int chunk);
+void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scratch& scratch);
+
+// ---- train_optim.cu ----
+void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a);
+
+// ---- train_loss.cu ----
+double mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy,
+           const Scratch& scratch);
+void crossEntropy(const Exec& ex, const float* logits, int64_t rows, int vocab, const int32_t* targets,
+                  int ignore_index, float scale, float* loss, float* correct, float* dlogits);
+
+}  // namespace mamba::cuda::train

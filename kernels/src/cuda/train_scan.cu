@@ -1,0 +1,396 @@
+// Selective scan for training: the forward with state checkpoints, and its backward.
+//
+// Thread layout (both kernels): S lanes of a warp share one (batch row b, channel d); lane l holds the NS
+// states n = l·NS … l·NS+NS−1 in registers (NS = 4 up to d_state 128, 8 up to 256; S = the power of two
+// ≥ d_state/NS, so S ≤ 32 and groups never straddle a warp). A block of kThreads threads covers
+// kThreads/S channels of one batch row. Sums over a channel's states are xor-shuffles inside its S lanes.
+//
+// Forward (selectiveScanTrain): the sequential recurrence h ← exp(Δ·A)·h + Δ·u·B, y = Σ h·C + D·u,
+// out = y·SiLU(z), h carried in and out; before steps 0, chunk, 2·chunk, … the state is stored to
+// checkpoints [b][t/chunk][channel][state] (the CPU backend's layout).
+//
+// Backward (selectiveScanBackward), per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h:
+//  1. from the chunk's checkpoint, re-run its steps, storing the state every kSub steps in shared memory;
+//  2. for each sub-chunk of kSub steps in reverse: re-run it from its stored state with the kSub+1 states
+//     in registers (compile-time indices), then walk it backwards:
+//       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
+//       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
+// dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels, then
+// the block's warps in order through shared memory, give one partial per (channel block, row); a second
+// kernel adds the channel blocks in order. dA_log and dD are sums over batch rows: one partial per
+// (b, d), added in row order by a third kernel (which also applies dA_log = dA·A).
+#include "train_kernels.h"
+
+#include <algorithm>
+
+namespace mamba::cuda::train {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
+
+/** Σ over the S lanes that share a channel (S a power of two ≤ 32; all 32 lanes take part). */
+__device__ __forceinline__ float groupSum(float v, int S) {
+    for (int off = S / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+struct Layout {
+    int S, per_block, ch_blocks;
+};
+
+/** Where this thread sits: batch row, channel (clamped for idle lanes), lane, whether its channel exists. */
+struct Place {
+    int b, chb, d, lane, n0;
+    bool active;
+};
+
+__device__ __forceinline__ Place place(const Layout& L, int channels, int NS) {
+    Place p;
+    p.chb = static_cast<int>(blockIdx.x % L.ch_blocks);
+    p.b = static_cast<int>(blockIdx.x / L.ch_blocks);
+    const int d_raw = p.chb * L.per_block + static_cast<int>(threadIdx.x) / L.S;
+    p.active = d_raw < channels;
+    p.d = p.active ? d_raw : channels - 1;  // idle lanes still join the shuffles and barriers
+    p.lane = static_cast<int>(threadIdx.x) % L.S;
+    p.n0 = p.lane * NS;
+    return p;
+}
+
+template <int NS>
+__global__ void __launch_bounds__(kThreads) scanTrainKernel(ScanArgs s, Layout L, float* ckpt, int chunk, int chunks) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int N = s.d_state, E = s.channels, T = s.steps;
+    const Place p = place(L, E, NS);
+    float a2[NS], h[NS];
+    float* hp = s.h + p.b * s.h_stride + static_cast<int64_t>(p.d) * N;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const bool on = p.n0 + i < N;
+        a2[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] * kLog2e : 0.f;
+        h[i] = on ? hp[p.n0 + i] : 0.f;
+    }
+    float* ck = ckpt + static_cast<int64_t>(p.b) * chunks * E * N + static_cast<int64_t>(p.d) * N;
+    const float dskip = s.d_skip[p.d];
+    const int64_t row0 = static_cast<int64_t>(p.b) * T;
+    for (int t = 0; t < T; ++t) {
+        if (t % chunk == 0 && p.active) {
+            float* dst = ck + static_cast<int64_t>(t / chunk) * E * N;
+#pragma unroll
+            for (int i = 0; i < NS; ++i)
+                if (p.n0 + i < N) dst[p.n0 + i] = h[i];
+        }
+        const int64_t r = row0 + t;
+        const float delta = softplusf(s.dt[r * E + p.d]);
+        const float u = s.u[r * E + p.d];
+        const float du = delta * u;
+        const float* Bt = s.bc + r * s.ldbc;
+        const float* Ct = Bt + N;
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            if (p.n0 + i < N) {
+                h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[p.n0 + i];
+                acc = fmaf(h[i], Ct[p.n0 + i], acc);
+            }
+        }
+        acc = groupSum(acc, L.S);
+        if (p.active && p.lane == 0) s.out[r * E + p.d] = (acc + dskip * u) * siluf(s.z[r * s.ldz + p.d]);
+    }
+    if (!p.active) return;
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+        if (p.n0 + i < N) hp[p.n0 + i] = h[i];
+}
+
+struct BackwardOut {
+    float* pbc;  // [ch_blocks][R][2N]: dB_t then dC_t per channel block
+    float* pda;  // [B][E][N]: Σ_t G·Δ·Ā·h_{t−1} per row (times A later)
+    float* pdd;  // [B][E]: Σ_t dy·u per row
+    int chunks;
+};
+
+template <int NS, int SUB>
+__global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
+    extern __shared__ float smem[];
+    pdlWait();
+    pdlLaunchDependents();
+    const int N = s.d_state, E = s.channels, T = s.steps, K = s.chunk;
+    const int64_t R = static_cast<int64_t>(s.batch) * T;
+    const Place p = place(L, E, NS);
+    const int tid = threadIdx.x, warp = tid / 32, wl = tid % 32;
+    const int nsub_max = (K + SUB - 1) / SUB;
+    float* sub = smem;                                        // [nsub_max][NS][kThreads]
+    float* red = smem + static_cast<int64_t>(nsub_max) * NS * kThreads;  // [2][kWarps][2N]
+
+    float a2[NS], A[NS], G[NS], gA[NS];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        const bool on = p.n0 + i < N;
+        A[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
+        a2[i] = A[i] * kLog2e;
+        G[i] = 0.f;
+        gA[i] = 0.f;
+    }
+    float gD = 0.f;
+    const float dskip = s.d_skip[p.d];
+    const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
+    const int64_t row0 = static_cast<int64_t>(p.b) * T;
+    int parity = 0;
+
+    for (int c = o.chunks - 1; c >= 0; --c) {
+        const int ta = c * K, tb = min(T, ta + K);
+        // 1. the chunk's states from its checkpoint; every SUB-th one kept in shared memory
+        {
+            float h[NS];
+#pragma unroll
+            for (int i = 0; i < NS; ++i) h[i] = p.n0 + i < N ? ck[static_cast<int64_t>(c) * E * N + p.n0 + i] : 0.f;
+            for (int t = ta; t < tb; ++t) {
+                if ((t - ta) % SUB == 0) {
+                    float* dst = sub + static_cast<int64_t>((t - ta) / SUB) * NS * kThreads + tid;
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) dst[i * kThreads] = h[i];
+                }
+                const int64_t r = row0 + t;
+                const float delta = softplusf(s.dt[r * E + p.d]);
+                const float du = delta * s.u[r * E + p.d];
+                const float* Bt = s.bc + r * s.ldbc;
+#pragma unroll
+                for (int i = 0; i < NS; ++i)
+                    if (p.n0 + i < N) h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[p.n0 + i];
+            }
+        }
+        // 2. sub-chunks in reverse
+        const int nsub = (tb - ta + SUB - 1) / SUB;
+        for (int j = nsub - 1; j >= 0; --j) {
+            const int s0 = ta + j * SUB, cnt = min(SUB, tb - s0);
+            float hs[SUB + 1][NS], dl[SUB], uu[SUB];
+            {
+                const float* src = sub + static_cast<int64_t>(j) * NS * kThreads + tid;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) hs[0][i] = src[i * kThreads];
+            }
+#pragma unroll
+            for (int q = 0; q < SUB; ++q) {
+                if (q < cnt) {
+                    const int64_t r = row0 + s0 + q;
+                    dl[q] = softplusf(s.dt[r * E + p.d]);
+                    uu[q] = s.u[r * E + p.d];
+                    const float du = dl[q] * uu[q];
+                    const float* Bt = s.bc + r * s.ldbc;
+#pragma unroll
+                    for (int i = 0; i < NS; ++i)
+                        hs[q + 1][i] = p.n0 + i < N ? exp2f(dl[q] * a2[i]) * hs[q][i] + du * Bt[p.n0 + i] : 0.f;
+                }
+            }
+#pragma unroll
+            for (int q = SUB - 1; q >= 0; --q) {
+                if (q >= cnt) continue;
+                const int64_t r = row0 + s0 + q;
+                const float delta = dl[q], u = uu[q];
+                const float* Bt = s.bc + r * s.ldbc;
+                const float* Ct = Bt + N;
+                const float dout = s.dout[r * E + p.d];
+                const float z = s.z[r * s.ldz + p.d];
+                const float dtr = s.dt[r * E + p.d];
+                // y = Σ_n h·C + D·u, then the gate
+                float yacc = 0.f;
+#pragma unroll
+                for (int i = 0; i < NS; ++i)
+                    if (p.n0 + i < N) yacc = fmaf(hs[q + 1][i], Ct[p.n0 + i], yacc);
+                yacc = groupSum(yacc, L.S);
+                const float yv = dskip * u + yacc;
+                const float sz = sigmoidf(z);
+                const float dy = dout * (z * sz);
+                const float dz = dout * yv * (sz * (1.f + z * (1.f - sz)));
+                gD += dy * u;
+                const float du = delta * u;
+                float vB[NS], vC[NS];
+                float sGB = 0.f, sDelta = 0.f;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) {
+                    vB[i] = 0.f;
+                    vC[i] = 0.f;
+                    if (p.n0 + i < N) {
+                        const float bn = Bt[p.n0 + i], cn = Ct[p.n0 + i];
+                        const float gn = G[i] + dy * cn;  // ∂L/∂h_t
+                        vC[i] = dy * hs[q + 1][i];
+                        vB[i] = gn * du;
+                        sGB += gn * bn;
+                        const float e = exp2f(delta * a2[i]);
+                        const float gah = gn * e * hs[q][i];
+                        sDelta += gah * A[i] + gn * bn * u;
+                        gA[i] += gah * delta;
+                        G[i] = gn * e;  // carried to h_{t−1}
+                    }
+                }
+                sGB = groupSum(sGB, L.S);
+                sDelta = groupSum(sDelta, L.S);
+                if (p.active && p.lane == 0) {
+                    s.du[r * E + p.d] = dskip * dy + delta * sGB;
+                    const float sp = dtr > 20.f ? 1.f : sigmoidf(dtr);  // softplus'
+                    s.ddt[r * E + p.d] = sDelta * sp;
+                    s.dz[r * s.lddz + p.d] = dz;
+                }
+                // dB_t, dC_t: this block's channels, in a fixed order
+#pragma unroll
+                for (int i = 0; i < NS; ++i) {
+                    if (!p.active) {
+                        vB[i] = 0.f;
+                        vC[i] = 0.f;
+                    }
+                    for (int off = L.S; off < 32; off <<= 1) {
+                        vB[i] += __shfl_xor_sync(0xffffffffu, vB[i], off);
+                        vC[i] += __shfl_xor_sync(0xffffffffu, vC[i], off);
+                    }
+                }
+                float* rb = red + parity * kWarps * 2 * N;
+                if (wl < L.S) {  // the warp's first channel holds the warp's sums
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) {
+                        if (p.n0 + i < N) {
+                            rb[warp * 2 * N + p.n0 + i] = vB[i];
+                            rb[warp * 2 * N + N + p.n0 + i] = vC[i];
+                        }
+                    }
+                }
+                __syncthreads();
+                float* out = o.pbc + (static_cast<int64_t>(p.chb) * R + r) * 2 * N;
+                for (int k = tid; k < 2 * N; k += kThreads) {
+                    float v = rb[k];
+                    for (int w = 1; w < kWarps; ++w) v += rb[w * 2 * N + k];
+                    out[k] = v;
+                }
+                parity ^= 1;
+            }
+        }
+    }
+    if (!p.active) return;
+    float* pa = o.pda + (static_cast<int64_t>(p.b) * E + p.d) * N;
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+        if (p.n0 + i < N) pa[p.n0 + i] = gA[i];
+    if (p.lane == 0) o.pdd[static_cast<int64_t>(p.b) * E + p.d] = gD;
+}
+
+// dbc[r, k] = Σ_blocks pbc[block, r, k], channel blocks in order (overwrites dB_t, dC_t).
+__global__ void scanDbcKernel(const float* pbc, int64_t R, int N2, int blocks, float* dbc, int64_t lddbc) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= R * N2) return;
+    const int64_t r = i / N2;
+    const int k = static_cast<int>(i % N2);
+    float v = pbc[i];
+    for (int blk = 1; blk < blocks; ++blk) v += pbc[static_cast<int64_t>(blk) * R * N2 + i];
+    dbc[r * lddbc + k] = v;
+}
+
+// da_log[d, n] += A[d, n]·Σ_b pda[b, d, n]; dd_skip[d] += Σ_b pdd[b, d]; rows in order.
+__global__ void scanParamKernel(const float* pda, const float* pdd, const float* a, int batch, int E, int N,
+                                float* da_log, float* dd_skip) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int64_t EN = static_cast<int64_t>(E) * N;
+    if (i < EN) {
+        float acc = 0.f;
+        for (int b = 0; b < batch; ++b) acc += pda[b * EN + i];
+        da_log[i] += acc * a[i];
+    } else if (i < EN + E) {
+        const int64_t d = i - EN;
+        float acc = 0.f;
+        for (int b = 0; b < batch; ++b) acc += pdd[static_cast<int64_t>(b) * E + d];
+        dd_skip[d] += acc;
+    }
+}
+
+int statesPerLane(int N) { return N <= 128 ? 4 : 8; }
+
+Layout layoutFor(int N, int batch, int channels) {
+    Layout L;
+    const int ns = statesPerLane(N);
+    const int need = (N + ns - 1) / ns;
+    L.S = 1;
+    while (L.S < need) L.S *= 2;
+    L.per_block = kThreads / L.S;
+    L.ch_blocks = (channels + L.per_block - 1) / L.per_block;
+    return L;
+}
+
+void checkShape(int N, const char* what) {
+    if (N < 1 || N > 256)
+        throw std::invalid_argument(std::string(what) + ": d_state " + std::to_string(N) + " is outside [1, 256]");
+}
+
+}  // namespace
+
+void selectiveScanTrain(const Exec& ex, const ScanArgs& s, float* checkpoints, int chunk) {
+    if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
+    checkShape(s.d_state, "selectiveScanTrain");
+    if (chunk < 1) throw std::invalid_argument("selectiveScanTrain: chunk " + std::to_string(chunk) + " < 1");
+    const Layout L = layoutFor(s.d_state, s.batch, s.channels);
+    const int chunks = (s.steps + chunk - 1) / chunk;
+    const int64_t blocks = static_cast<int64_t>(L.ch_blocks) * s.batch;
+    if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScanTrain: too many rows");
+    const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
+    if (statesPerLane(s.d_state) == 4)
+        launch("selectiveScan train", ex, scanTrainKernel<4>, grid, block, 0, s, L, checkpoints, chunk, chunks);
+    else
+        launch("selectiveScan train", ex, scanTrainKernel<8>, grid, block, 0, s, L, checkpoints, chunk, chunks);
+}
+
+void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scratch& scratch) {
+    if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
+    checkShape(s.d_state, "selectiveScanBackward");
+    if (s.chunk < 1) throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " < 1");
+    const int N = s.d_state, E = s.channels;
+    const Layout L = layoutFor(N, s.batch, E);
+    const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
+    BackwardOut o;
+    o.chunks = (s.steps + s.chunk - 1) / s.chunk;
+    o.pbc = scratch.get(0, static_cast<int64_t>(L.ch_blocks) * R * 2 * N);
+    o.pda = scratch.get(1, static_cast<int64_t>(s.batch) * E * N);
+    o.pdd = scratch.get(2, static_cast<int64_t>(s.batch) * E);
+    const int64_t blocks = static_cast<int64_t>(L.ch_blocks) * s.batch;
+    if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScanBackward: too many rows");
+    const bool narrow = statesPerLane(N) == 4;
+    const int ns = narrow ? 4 : 8, sub = narrow ? 8 : 4;
+    const int nsub_max = (s.chunk + sub - 1) / sub;
+    const size_t smem = (static_cast<size_t>(nsub_max) * ns * kThreads + 2 * kWarps * 2 * static_cast<size_t>(N)) *
+                        sizeof(float);
+    int dev = 0, optin = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+    if (smem > static_cast<size_t>(optin))
+        throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " with d_state " +
+                                    std::to_string(N) + " needs " + std::to_string(smem) +
+                                    " bytes of shared memory per block; the device has " + std::to_string(optin));
+    const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
+    if (narrow) {
+        if (smem > 48 * 1024)
+            check(cudaFuncSetAttribute(scanBackwardKernel<4, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)),
+                  "cudaFuncSetAttribute (scan backward)");
+        launch("selectiveScan backward", ex, scanBackwardKernel<4, 8>, grid, block, smem, s, L, o);
+    } else {
+        if (smem > 48 * 1024)
+            check(cudaFuncSetAttribute(scanBackwardKernel<8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)),
+                  "cudaFuncSetAttribute (scan backward)");
+        launch("selectiveScan backward", ex, scanBackwardKernel<8, 4>, grid, block, smem, s, L, o);
+    }
+    const int64_t n_bc = R * 2 * N;
+    launch("selectiveScan backward dB dC", ex, scanDbcKernel, dim3(blocksFor(n_bc, 256)), dim3(256), 0,
+           static_cast<const float*>(o.pbc), R, 2 * N, L.ch_blocks, s.dbc, s.lddbc);
+    const int64_t n_p = static_cast<int64_t>(E) * N + E;
+    launch("selectiveScan backward dA dD", ex, scanParamKernel, dim3(blocksFor(n_p, 128)), dim3(128), 0,
+           static_cast<const float*>(o.pda), static_cast<const float*>(o.pdd), s.a, s.batch, E, N, s.da_log,
+           s.dd_skip);
+}
+
+}  // namespace mamba::cuda::train
