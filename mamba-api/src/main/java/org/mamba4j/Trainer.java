@@ -137,12 +137,8 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             prepareStep(options.applyOptimizer());
-            try {
-                return result(peer.step(inputs, inputs.length, dOutput, dOutput.length, (float) options.scale(),
-                        options.applyOptimizer()), options.applyOptimizer(), false);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            return Native.get(() -> result(peer.step(inputs, inputs.length, dOutput, dOutput.length, (float) options.scale(),
+                        options.applyOptimizer()), options.applyOptimizer(), false));
         }
     }
 
@@ -159,12 +155,8 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             prepareStep(options.applyOptimizer());
-            try {
-                return result(peer.stepMse(inputs, inputs.length, targets, targets.length, (float) options.scale(),
-                        options.applyOptimizer()), options.applyOptimizer(), false);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            return Native.get(() -> result(peer.stepMse(inputs, inputs.length, targets, targets.length, (float) options.scale(),
+                        options.applyOptimizer()), options.applyOptimizer(), false));
         }
     }
 
@@ -186,12 +178,8 @@ public final class Trainer implements AutoCloseable {
             checkOpen();
             checkHead();
             prepareStep(options.applyOptimizer());
-            try {
-                return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
-                        (float) options.scale(), options.applyOptimizer()), options.applyOptimizer(), true);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            return Native.get(() -> result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
+                        (float) options.scale(), options.applyOptimizer()), options.applyOptimizer(), true));
         }
     }
 
@@ -202,11 +190,7 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             checkHead();
-            try {
-                return result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            return Native.get(() -> result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
         }
     }
 
@@ -218,11 +202,7 @@ public final class Trainer implements AutoCloseable {
         float[] y = new float[batch * seqLen * outputWidth()];
         synchronized (model) {
             checkOpen();
-            try {
-                peer.forward(inputs, inputs.length, y, y.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            Native.run(() -> peer.forward(inputs, inputs.length, y, y.length));
         }
         return y;
     }
@@ -239,12 +219,8 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             prepareStep(options.applyOptimizer());
-            try {
-                return result(peer.backward(dOutput, dOutput.length, (float) options.scale(), options.applyOptimizer()),
-                        options.applyOptimizer(), false);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            return Native.get(() -> result(peer.backward(dOutput, dOutput.length, (float) options.scale(), options.applyOptimizer()),
+                        options.applyOptimizer(), false));
         }
     }
 
@@ -253,11 +229,7 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             prepareStep(true);
-            try {
-                return result(peer.optimizerStep(), true, false);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            return Native.get(() -> result(peer.optimizerStep(), true, false));
         }
     }
 
@@ -274,11 +246,7 @@ public final class Trainer implements AutoCloseable {
         float[] dx = new float[batch * seqLen * inputWidth()];
         synchronized (model) {
             checkOpen();
-            try {
-                peer.readInputGradient(dx, dx.length);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            Native.run(() -> peer.readInputGradient(dx, dx.length));
         }
         return dx;
     }
@@ -315,11 +283,7 @@ public final class Trainer implements AutoCloseable {
         Checks.length("prefix", prefix.length, (long) batch * steps * inputWidth());
         synchronized (model) {
             checkOpen();
-            try {
-                peer.burnIn(prefix, prefix.length, steps);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            Native.run(() -> peer.burnIn(prefix, prefix.length, steps));
         }
     }
 
@@ -329,11 +293,7 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             state.checkOpen();
-            try {
-                peer.setStartState(state.peer());
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            Native.run(() -> peer.setStartState(state.peer()));
         }
     }
 
@@ -343,11 +303,7 @@ public final class Trainer implements AutoCloseable {
         synchronized (model) {
             checkOpen();
             state.checkOpen();
-            try {
-                peer.readEndState(state.peer());
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
+            Native.run(() -> peer.readEndState(state.peer()));
         }
     }
 
