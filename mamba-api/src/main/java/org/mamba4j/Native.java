@@ -49,7 +49,7 @@ final class Native {
         if (e instanceof MambaException) return e;
         String m = e.getMessage() == null ? e.toString() : e.getMessage();
         if (m.startsWith("out of memory")) return new OutOfDeviceMemoryException(m);
-        if (m.startsWith("no CUDA device") || m.contains("not supported by this build"))
+        if (m.startsWith("no CUDA device"))
             return new DeviceUnavailableException(m);
         return new MambaException(m, e);
     }
