@@ -3,6 +3,7 @@
 // our thread count); the fused stages are our loops, split over (batch row, channel block) tasks whose
 // partial sums are combined afterwards in a fixed order.
 #include "cpu_backward.h"
+#include "blas_threads.h"
 
 #include "fast_math.h"
 #include "thread_pool.h"
@@ -63,24 +64,9 @@ float* workerScratch(int slot, int64_t n) {
     return growBuffer(bufs[slot], n);
 }
 
-/**
- * OpenBLAS's sgemm results depend on its own thread count (its partition changes the kernels that compute
- * an element), so the training products run it single-threaded, on fixed tiles spread over our pool.
- */
-class BlasSingleThread {
-public:
-    BlasSingleThread() : saved_(openblas_get_num_threads()) {
-        if (saved_ != 1) openblas_set_num_threads(1);
-    }
-    ~BlasSingleThread() {
-        if (saved_ != 1) openblas_set_num_threads(saved_);
-    }
-    BlasSingleThread(const BlasSingleThread&) = delete;
-    BlasSingleThread& operator=(const BlasSingleThread&) = delete;
-
-private:
-    int saved_;
-};
+// OpenBLAS's sgemm results depend on its own thread count (its partition changes the kernels that compute
+// an element), so the training products run it single-threaded (BlasSingleThread), on fixed tiles spread
+// over our pool.
 
 // Tiles of C, each computed by one sgemm call: about 8 row tiles of 32..256 rows (a multiple of 16) by
 // 256-column tiles. A function of the shape only, never of the thread count.
