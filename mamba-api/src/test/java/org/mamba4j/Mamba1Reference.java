@@ -99,7 +99,8 @@ final class Mamba1Reference {
         return rmsNorm(r, w.get("backbone.norm_f.weight"));
     }
 
-    private static double[] matvec(double[] m, int rows, int cols, double[] v) {
+    /** m [rows, cols] · v. */
+    static double[] matvec(double[] m, int rows, int cols, double[] v) {
         double[] out = new double[rows];
         for (int i = 0; i < rows; i++) {
             double s = 0;
@@ -110,6 +111,11 @@ final class Mamba1Reference {
     }
 
     private double[] rmsNorm(double[] x, double[] weight) {
+        return rmsNorm(x, weight, eps);
+    }
+
+    /** weight ⊙ x / sqrt(mean(x²) + eps). */
+    static double[] rmsNorm(double[] x, double[] weight, double eps) {
         double ss = 0;
         for (double v : x) ss += v * v;
         double scale = 1 / Math.sqrt(ss / x.length + eps);
@@ -118,11 +124,11 @@ final class Mamba1Reference {
         return out;
     }
 
-    private static double silu(double x) {
+    static double silu(double x) {
         return x / (1 + Math.exp(-x));
     }
 
-    private static double softplus(double x) {
+    static double softplus(double x) {
         return x > 20 ? x : Math.log1p(Math.exp(x));
     }
 }

@@ -71,7 +71,7 @@ final class Mamba1TrainReference {
                 double[] in = new double[inW];
                 System.arraycopy(x, (b * T + t) * inW, in, 0, inW);
                 if (inputDim > 0) {
-                    r[t] = matvec(w.get("input_proj.weight"), dModel, inputDim, in);
+                    r[t] = Mamba1Reference.matvec(w.get("input_proj.weight"), dModel, inputDim, in);
                     double[] bias = w.get("input_proj.bias");
                     for (int i = 0; i < dModel; i++) r[t][i] += bias[i];
                 } else {
@@ -85,7 +85,7 @@ final class Mamba1TrainReference {
                 double[][] hist = state.conv[b][l], h = state.ssm[b][l];
                 for (int t = 0; t < T; t++) {
                     double[] n = rmsNorm(r[t], w.get(p + "norm.weight"));
-                    double[] xz = matvec(w.get(p + "mixer.in_proj.weight"), 2 * dInner, dModel, n);
+                    double[] xz = Mamba1Reference.matvec(w.get(p + "mixer.in_proj.weight"), 2 * dInner, dModel, n);
                     double[] u = new double[dInner];
                     for (int d = 0; d < dInner; d++) {  // causal depthwise conv over history + current input
                         double acc = cb[d] + cw[d * dConv + dConv - 1] * xz[d];
@@ -94,15 +94,15 @@ final class Mamba1TrainReference {
                             System.arraycopy(hist[d], 1, hist[d], 0, dConv - 2);
                             hist[d][dConv - 2] = xz[d];
                         }
-                        u[d] = silu(acc);
+                        u[d] = Mamba1Reference.silu(acc);
                     }
-                    double[] xdbl = matvec(w.get(p + "mixer.x_proj.weight"), dtRank + 2 * dState, dInner, u);
+                    double[] xdbl = Mamba1Reference.matvec(w.get(p + "mixer.x_proj.weight"), dtRank + 2 * dState, dInner, u);
                     double[] delta = new double[dtRank];
                     System.arraycopy(xdbl, 0, delta, 0, dtRank);
-                    double[] dt = matvec(w.get(p + "mixer.dt_proj.weight"), dInner, dtRank, delta);
+                    double[] dt = Mamba1Reference.matvec(w.get(p + "mixer.dt_proj.weight"), dInner, dtRank, delta);
                     double[] g = new double[dInner];
                     for (int d = 0; d < dInner; d++) {
-                        double step = softplus(dt[d] + dtb[d]);
+                        double step = Mamba1Reference.softplus(dt[d] + dtb[d]);
                         double y = 0;
                         for (int s = 0; s < dState; s++) {
                             double a = -Math.exp(aLog[d * dState + s]);
@@ -110,9 +110,9 @@ final class Mamba1TrainReference {
                             y += h[d][s] * xdbl[dtRank + dState + s];
                         }
                         y += dSkip[d] * u[d];
-                        g[d] = y * silu(xz[dInner + d]);
+                        g[d] = y * Mamba1Reference.silu(xz[dInner + d]);
                     }
-                    double[] o = matvec(w.get(p + "mixer.out_proj.weight"), dModel, dInner, g);
+                    double[] o = Mamba1Reference.matvec(w.get(p + "mixer.out_proj.weight"), dModel, dInner, g);
                     for (int i = 0; i < dModel; i++) r[t][i] += o[i];
                 }
             }
@@ -131,7 +131,7 @@ final class Mamba1TrainReference {
             if (targets[r] == ignoreIndex) continue;
             double[] hid = new double[dModel];
             System.arraycopy(out, r * dModel, hid, 0, dModel);
-            double[] logits = matvec(hw, vocab, dModel, hid);
+            double[] logits = Mamba1Reference.matvec(hw, vocab, dModel, hid);
             double max = Double.NEGATIVE_INFINITY;
             for (int k = 0; k < vocab; k++) max = Math.max(max, logits[k] += hb[k]);
             double sum = 0;
@@ -148,30 +148,7 @@ final class Mamba1TrainReference {
         return d;
     }
 
-    private static double[] matvec(double[] m, int rows, int cols, double[] v) {
-        double[] out = new double[rows];
-        for (int i = 0; i < rows; i++) {
-            double s = 0;
-            for (int j = 0; j < cols; j++) s += m[i * cols + j] * v[j];
-            out[i] = s;
-        }
-        return out;
-    }
-
     private double[] rmsNorm(double[] x, double[] weight) {
-        double ss = 0;
-        for (double v : x) ss += v * v;
-        double scale = 1 / Math.sqrt(ss / x.length + eps);
-        double[] out = new double[x.length];
-        for (int i = 0; i < x.length; i++) out[i] = weight[i] * x[i] * scale;
-        return out;
-    }
-
-    private static double silu(double x) {
-        return x / (1 + Math.exp(-x));
-    }
-
-    private static double softplus(double x) {
-        return x > 20 ? x : Math.log1p(Math.exp(x));
+        return Mamba1Reference.rmsNorm(x, weight, eps);
     }
 }

@@ -235,26 +235,14 @@ class TrainerGpuTest {
             int[] y = new int[B * T];
             StepResult first = null, last = null;
             for (int s = 0; s < steps; s++) {
-                lagBatch(rng, x, y, B, T, V, LAG);
+                TrainerLearningTest.lagRecallBatch(rng, x, y, B, T, V, LAG);
                 last = t.stepCrossEntropy(x, y);
                 if (first == null) first = last;
             }
-            lagBatch(new Random(7), x, y, B, T, V, LAG);
+            TrainerLearningTest.lagRecallBatch(new Random(7), x, y, B, T, V, LAG);
             StepResult eval = t.evaluateCrossEntropy(x, y);
             System.out.println("GPU lag-2 recall: first " + first + ", after " + steps + " steps " + last + ", eval " + eval);
             assertTrue(eval.loss() < 0.1 && eval.accuracy() > 0.97, "after " + steps + " steps: last " + last + ", eval " + eval);
-        }
-    }
-
-    private static void lagBatch(Random rng, float[] x, int[] y, int B, int T, int V, int lag) {
-        java.util.Arrays.fill(x, 0f);
-        for (int b = 0; b < B; b++) {
-            int[] tok = new int[T];
-            for (int t = 0; t < T; t++) {
-                tok[t] = rng.nextInt(V);
-                x[(b * T + t) * V + tok[t]] = 1f;
-                y[b * T + t] = t < lag ? Trainer.DEFAULT_IGNORE_INDEX : tok[t - lag];
-            }
         }
     }
 

@@ -25,17 +25,18 @@ class TrainerLearningTest {
             int[] y = new int[B * T];
             StepResult r = null;
             for (int s = 0; s < steps; s++) {
-                batch(rng, x, y, B, T, V, LAG);
+                lagRecallBatch(rng, x, y, B, T, V, LAG);
                 r = t.stepCrossEntropy(x, y);
             }
-            batch(new Random(7), x, y, B, T, V, LAG);
+            lagRecallBatch(new Random(7), x, y, B, T, V, LAG);
             StepResult eval = t.evaluateCrossEntropy(x, y);
             System.out.println("lag-2 recall after " + steps + " steps: " + eval);
             assertTrue(eval.loss() < 0.1 && eval.accuracy() > 0.97, "after " + steps + " steps: last " + r + ", eval " + eval);
         }
     }
 
-    private static void batch(Random rng, float[] x, int[] y, int B, int T, int V, int lag) {
+    /** One-hot tokens x [B, T, V]; targets y = the token `lag` steps back (ignored before that). */
+    static void lagRecallBatch(Random rng, float[] x, int[] y, int B, int T, int V, int lag) {
         java.util.Arrays.fill(x, 0f);
         for (int b = 0; b < B; b++) {
             int[] tok = new int[T];
