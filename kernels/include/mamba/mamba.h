@@ -50,6 +50,41 @@ struct MAMBA_API ModelConfig {
 /** Throws std::invalid_argument naming the first field out of range and its limit. */
 MAMBA_API void validateConfig(const ModelConfig& config);
 
+/**
+ * The inclusive range validateConfig allows for an integer field, named as in its messages: "dModel",
+ * "dState", "dConv", "expand", "dInner", "layers", "inputDim", "dtRank", "vocabSize". Throws
+ * std::invalid_argument for any other name. Other formats (HF config.json) quote these, never copy them.
+ */
+MAMBA_API int64_t configFieldMin(const std::string& field);
+MAMBA_API int64_t configFieldMax(const std::string& field);
+
+/**
+ * The tensors of a model of this configuration, without building the model: HuggingFace names, shapes
+ * and AdamW's default no-decay flags, in the model's parameter order. The one source of these facts: the
+ * Java checkpoint readers and optimiser ask here.
+ */
+class MAMBA_API ParamLayout {
+public:
+    /** Validates the config (std::invalid_argument naming the field). */
+    explicit ParamLayout(const ModelConfig& config);
+    ~ParamLayout();
+    ParamLayout(const ParamLayout&) = delete;
+    ParamLayout& operator=(const ParamLayout&) = delete;
+
+    int count() const;
+    std::string name(int index) const;
+    /** Index of the tensor with this name, or -1. */
+    int indexOf(const std::string& name) const;
+    int rank(int index) const;
+    int64_t dim(int index, int axis) const;
+    int64_t size(int index) const;
+    /** Whether AdamW's weight decay skips this tensor by default (norms, biases, A_log, D). */
+    bool noDecay(int index) const;
+
+private:
+    void* impl_;
+};
+
 /** libmamba version string, including whether CUDA support was compiled in. */
 MAMBA_API std::string version();
 

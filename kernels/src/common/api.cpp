@@ -297,3 +297,39 @@ void State::copyFrom(const State& other) {
 void noop() {}
 
 }  // namespace mamba
+
+namespace mamba {
+
+// ---- ParamLayout ----
+
+namespace {
+struct LayoutImpl {
+    explicit LayoutImpl(const ModelConfig& c) : dims(Dims::of(c)), table(dims) {}
+    Dims dims;
+    ParamTable table;
+    const ParamInfo& at(int index) const {
+        if (index < 0 || index >= static_cast<int>(table.params().size()))
+            throw std::out_of_range("parameter index " + std::to_string(index) + " is out of range [0, " +
+                                    std::to_string(table.params().size()) + ")");
+        return table.params()[index];
+    }
+};
+const LayoutImpl& layout(void* p) { return *static_cast<const LayoutImpl*>(p); }
+}  // namespace
+
+ParamLayout::ParamLayout(const ModelConfig& config) : impl_(new LayoutImpl(config)) {}
+ParamLayout::~ParamLayout() { delete static_cast<LayoutImpl*>(impl_); }
+int ParamLayout::count() const { return static_cast<int>(layout(impl_).table.params().size()); }
+std::string ParamLayout::name(int index) const { return layout(impl_).at(index).name; }
+int ParamLayout::indexOf(const std::string& name) const { return layout(impl_).table.indexOf(name); }
+int ParamLayout::rank(int index) const { return static_cast<int>(layout(impl_).at(index).shape.size()); }
+int64_t ParamLayout::dim(int index, int axis) const {
+    const ParamInfo& p = layout(impl_).at(index);
+    if (axis < 0 || axis >= static_cast<int>(p.shape.size()))
+        throw std::out_of_range("axis " + std::to_string(axis) + " is out of range");
+    return p.shape[axis];
+}
+int64_t ParamLayout::size(int index) const { return layout(impl_).at(index).size; }
+bool ParamLayout::noDecay(int index) const { return layout(impl_).at(index).no_decay; }
+
+}  // namespace mamba

@@ -7,32 +7,48 @@
 namespace mamba {
 
 namespace {
-void requireRange(const char* field, double value, double lo, double hi) {
-    if (!(value >= lo && value <= hi)) {
-        std::string v = std::to_string(value);
-        if (std::floor(value) == value && std::fabs(value) < 1e15) v = std::to_string(static_cast<long long>(value));
-        fail(std::string(field) + " = " + v + " is out of range: must be in [" + std::to_string(static_cast<long long>(lo)) +
-             ", " + std::to_string(static_cast<long long>(hi)) + "]");
-    }
+/** The integer limits of a config: the one table validateConfig and configFieldMin/Max read. */
+struct FieldLimit {
+    const char* field;
+    int64_t lo, hi;
+};
+constexpr FieldLimit kLimits[] = {
+    {"dModel", 1, 65536}, {"dState", 1, 256},      {"dConv", 1, 8},       {"expand", 1, 16},
+    {"dInner", 1, 65536}, {"layers", 1, 1024},     {"inputDim", 0, 1 << 20}, {"dtRank", 0, 65536},
+    {"vocabSize", 0, 10000000},
+};
+
+const FieldLimit& limitOf(const std::string& field) {
+    for (const FieldLimit& l : kLimits)
+        if (field == l.field) return l;
+    fail("unknown config field '" + field + "'");
+}
+
+void requireRange(const char* field, int64_t value) {
+    const FieldLimit& l = limitOf(field);
+    if (value < l.lo || value > l.hi)
+        fail(std::string(field) + " = " + std::to_string(value) + " is out of range: must be in [" + std::to_string(l.lo) +
+             ", " + std::to_string(l.hi) + "]");
 }
 }  // namespace
+
+int64_t configFieldMin(const std::string& field) { return limitOf(field).lo; }
+int64_t configFieldMax(const std::string& field) { return limitOf(field).hi; }
 
 void validateConfig(const ModelConfig& c) {
     if (c.arch != ARCH_MAMBA1)
         fail("arch = " + std::to_string(c.arch) + " is not supported: only Mamba-1 (arch 1) is implemented");
-    requireRange("dModel", c.d_model, 1, 65536);
-    requireRange("dState", c.d_state, 1, 256);
-    requireRange("dConv", c.d_conv, 1, 8);
-    requireRange("expand", c.expand, 1, 16);
-    requireRange("layers", c.n_layers, 1, 1024);
-    requireRange("inputDim", c.input_dim, 0, 1 << 20);
-    requireRange("dtRank", c.dt_rank, 0, 65536);
-    requireRange("vocabSize", c.vocab_size, 0, 10000000);
+    requireRange("dModel", c.d_model);
+    requireRange("dState", c.d_state);
+    requireRange("dConv", c.d_conv);
+    requireRange("expand", c.expand);
+    requireRange("layers", c.n_layers);
+    requireRange("inputDim", c.input_dim);
+    requireRange("dtRank", c.dt_rank);
+    requireRange("vocabSize", c.vocab_size);
     if (c.vocab_size > 0 && c.input_dim > 0)
         fail("inputDim = " + std::to_string(c.input_dim) + " must be 0 for a language model (vocabSize > 0): tokens are embedded");
-    if (static_cast<int64_t>(c.expand) * c.d_model > 65536)
-        fail("dInner = expand * dModel = " + std::to_string(static_cast<int64_t>(c.expand) * c.d_model) +
-             " is out of range: must be <= 65536");
+    requireRange("dInner", static_cast<int64_t>(c.expand) * c.d_model);
     if (!(c.norm_eps > 0 && c.norm_eps < 1)) fail("normEps = " + std::to_string(c.norm_eps) + " must be in (0, 1)");
     if (!(c.dt_min > 0 && c.dt_min <= c.dt_max && c.dt_max < 100))
         fail("dtMin/dtMax = " + std::to_string(c.dt_min) + "/" + std::to_string(c.dt_max) +
