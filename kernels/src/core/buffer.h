@@ -1,7 +1,7 @@
-// An owning f32 buffer in a backend's memory (RAII), growable for workspaces.
+// An owning f32 buffer in a backend's memory (RAII), growable for workspaces. The backend must outlive it.
 #pragma once
 
-#include "backend.h"
+#include "ops/ops.h"
 
 #include <utility>
 
@@ -10,7 +10,7 @@ namespace mamba {
 class Buffer {
 public:
     Buffer() = default;
-    Buffer(Backend& be, int64_t n) : be_(&be), data_(n > 0 ? be.alloc(n) : nullptr), size_(n) {}
+    Buffer(Ops& be, int64_t n) : be_(&be), data_(n > 0 ? be.alloc(n) : nullptr), size_(n) {}
     ~Buffer() { reset(); }
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
@@ -21,7 +21,7 @@ public:
     int64_t size() const { return size_; }
 
     /** Makes room for at least n floats; contents are not preserved when it grows. Returns true if it grew. */
-    bool ensure(Backend& be, int64_t n) {
+    bool ensure(Ops& be, int64_t n) {
         if (n <= size_) return false;
         Buffer bigger(be, n);
         *this = std::move(bigger);
@@ -39,7 +39,7 @@ private:
         std::swap(data_, o.data_);
         std::swap(size_, o.size_);
     }
-    Backend* be_ = nullptr;
+    Ops* be_ = nullptr;
     float* data_ = nullptr;
     int64_t size_ = 0;
 };

@@ -1,0 +1,71 @@
+// The GEMM contract: every matrix product of every architecture (inference projections, the LM head,
+// every backward product) is one Gemm value handed to Ops::gemm. The backend picks the kernel from the
+// product's kind, its shape, the weight's storage type and the mode — in one place per backend
+// (cpu/cpu_gemm.cpp, cuda/gemm/gemm.cu), which is where GEMM tiers live.
+#pragma once
+
+#include "mamba/mamba.h"
+
+#include <cstdint>
+
+namespace mamba {
+
+/** A linear weight [out, in] (PyTorch layout), used as y = x · Wᵀ, stored in `dtype`. */
+struct Matrix {
+    const float* f32;   // the f32 values (F32/TF32 storage), or null when only the 2-byte copy exists
+    const void* lowp;   // the bf16/f16 values (BF16/F16 storage), or null
+    int dtype;          // DTYPE_F32, DTYPE_TF32 (f32 values, tensor-core products allowed), DTYPE_BF16, DTYPE_F16
+    int out, in;
+
+    static Matrix f32Of(const float* w, int out, int in) { return Matrix{w, nullptr, DTYPE_F32, out, in}; }
+};
+
+/**
+ * How a product may be computed.
+ * - Fast: the backend's fastest kernel for the shape (inference).
+ * - Reproducible: results depend only on the operands — never on thread counts or on a heuristic's split
+ *   (training products; every reduction in a fixed order).
+ */
+enum class GemmMode { Fast, Reproducible };
+
+enum class GemmKind {
+    Forward,       // c[r, 0:out] = beta·c[r] + a[r, 0:in]·Wᵀ (+ bias)            a = x,  c = y
+    BackwardData,  // c[r, 0:in]  = beta·c[r] + a[r, 0:out]·W   (W read as f32)    a = dy, c = dx
+    WeightGrad,    // dw[out, in] += Σ_r a[r]ᵀ·b[r]; dbias[out] += Σ_r a[r]        a = dy, b = x
+};
+
+struct Gemm {
+    GemmKind kind;
+    GemmMode mode;
+    int64_t rows;           // the B·T rows
+    Matrix w;               // Forward/BackwardData: the weight; WeightGrad: only its out/in shape is used
+    const float* a;         // see GemmKind
+    int64_t lda;
+    const float* b;         // WeightGrad: x [rows, ldb]; otherwise null
+    int64_t ldb;
+    float* c;               // Forward: y [rows, ldc]; BackwardData: dx [rows, ldc]; WeightGrad: dw [out, in] (dense)
+    int64_t ldc;
+    float beta;             // Forward/BackwardData only
+    const float* bias;      // Forward: [out] or null
+    float* dbias;           // WeightGrad: [out] or null
+
+    /** y = beta·y + x·Wᵀ (+ bias). */
+    static Gemm forward(GemmMode mode, const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias,
+                        float* y, int64_t ldy, float beta) {
+        return Gemm{GemmKind::Forward, mode, rows, w, x, ldx, nullptr, 0, y, ldy, beta, bias, nullptr};
+    }
+    /** dx = beta·dx + dy·W, with W's f32 values. */
+    static Gemm backwardData(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
+                             float beta) {
+        return Gemm{GemmKind::BackwardData, GemmMode::Reproducible, rows, w, dy, lddy, nullptr, 0, dx, lddx, beta,
+                    nullptr, nullptr};
+    }
+    /** dw[out, in] += Σ_r dy[r]ᵀ·x[r]; dbias += Σ_r dy[r] when not null. */
+    static Gemm weightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out, int in,
+                           float* dw, float* dbias) {
+        return Gemm{GemmKind::WeightGrad, GemmMode::Reproducible, rows, Matrix{nullptr, nullptr, DTYPE_F32, out, in},
+                    dy, lddy, x, ldx, dw, in, 1.f, nullptr, dbias};
+    }
+};
+
+}  // namespace mamba

@@ -1,0 +1,226 @@
+// The ops layer: the contract between the architectures (src/arch) and the backends (src/cpu, src/cuda).
+//
+// Every op is a fused stage with an explicit argument struct, so a backend can keep data in registers or
+// cache inside a stage. Fusions that span two stages are NAMED ops (normLinear, selectiveScan with its Δ
+// projection) that a backend may implement in one kernel; nothing is fused behind the caller's back.
+// Every matrix product goes through ONE dispatch point, gemm() (gemm.h), which receives the storage type
+// and the GemmMode. Pointers are backend memory (host for CPU, device for CUDA); buffers are row-major f32
+// unless a Matrix says otherwise.
+//
+// Determinism rule for every op used by training: no atomics, every reduction over rows, steps or blocks
+// in a fixed order whose pieces are constants of the code (never of the thread count or the GPU).
+#pragma once
+
+#include "gemm.h"
+
+#include <cstdint>
+
+namespace mamba {
+
+/** What a backend can do; the runtime asks instead of trying and catching. */
+struct Capabilities {
+    bool host = false;          // buffers are host memory (upload/download are plain copies)
+    bool training = false;      // the backward, optimiser and loss ops exist
+    bool graphs = false;        // beginCapture/endCapture/replay record and replay launches
+    bool lowp_storage = false;  // BF16/F16 matrices and TF32 products
+};
+
+/** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for r < rows. */
+struct RmsNormArgs {
+    const float* x;
+    int64_t ldx;
+    const float* w;  // [d]
+    int64_t rows;
+    int d;
+    float eps;
+    float* y;
+    int64_t ldy;
+};
+
+/** Backward of rmsnorm: dx = beta·dx + ∂L/∂x; dw += Σ_r dy ⊙ x̂ (x̂ = x / rms), rows in order. */
+struct RmsNormBackwardArgs {
+    const float* x;
+    int64_t ldx;
+    const float* w;
+    const float* dy;
+    int64_t lddy;
+    int64_t rows;
+    int d;
+    float eps;
+    float* dx;
+    int64_t lddx;
+    float beta;
+    float* dw;
+};
+
+/** Causal depthwise conv over T steps with carried history, then SiLU. */
+struct ConvArgs {
+    const float* x;          // [B*T rows, ldx]: the conv branch of in_proj's output
+    int64_t ldx;
+    const float* w;          // [channels, width]
+    const float* bias;       // [channels]
+    float* history;          // per row b: [channels, width-1], oldest first; read and rewritten
+    int64_t history_stride;  // floats between rows of history
+    float* u;                // out: [B*T, ldu] = SiLU(conv)
+    int64_t ldu;
+    int batch, steps, channels, width;
+};
+
+/** Backward of convSilu. Recomputes the conv output from x and the starting history. */
+struct ConvBackwardArgs {
+    const float* x;            // [B*T, ldx]: the forward's conv input
+    int64_t ldx;
+    const float* history;      // per row b: [channels, width-1] as it was BEFORE the forward (oldest first)
+    int64_t history_stride;
+    const float* w;            // [channels, width]
+    const float* bias;         // [channels]
+    const float* du;           // [B*T, ldu]: gradient of SiLU's output u
+    int64_t ldu;
+    float* dx;                 // out: [B*T, lddx] (overwritten); the history's gradient is dropped
+    int64_t lddx;
+    float* dw;                 // [channels, width] += (rows summed in row order)
+    float* dbias;              // [channels] +=
+    int batch, steps, channels, width;
+};
+
+/**
+ * The Mamba-1 selective scan: Δ = softplus(dt) → discretise → h_t = exp(Δ·A)·h_{t-1} + Δ·u_t·B_t →
+ * y_t = h_t·C_t + D·u_t → out = y · SiLU(z), with h carried in and out.
+ */
+struct ScanArgs {
+    const float* dt;      // [B*T, channels]: dt_proj output incl. bias, before softplus
+    const float* a;       // [channels, d_state] = -exp(A_log)
+    const float* bc;      // [B*T, ldbc]: B_t at bc[0..d_state), C_t at bc[d_state..2*d_state)
+    int64_t ldbc;
+    const float* u;       // [B*T, channels]
+    const float* z;       // [B*T, ldz]: the gate branch
+    int64_t ldz;
+    const float* d_skip;  // [channels]
+    float* h;             // per row b: [channels, d_state]; read and rewritten
+    int64_t h_stride;
+    float* out;           // [B*T, channels]: y · SiLU(z)
+    int batch, steps, channels, d_state;
+};
+
+/**
+ * Where the training forward keeps SSM states for backward: the state of every row before steps 0, chunk,
+ * 2·chunk, … ([batch][ceil(steps/chunk)][channels, d_state]). Backward recomputes the states in between.
+ */
+struct ScanCheckpoints {
+    float* data;
+    int chunk;
+};
+
+/** Backward of the selective scan: softplus, scan from the checkpoints, D skip and the SiLU(z) gate. */
+struct ScanBackwardArgs {
+    const float* dt;           // [B*T, channels]: forward's dt (before softplus)
+    const float* a;            // [channels, d_state] = -exp(A_log)
+    const float* bc;           // [B*T, ldbc]: B_t then C_t
+    int64_t ldbc;
+    const float* u;            // [B*T, channels]
+    const float* z;            // [B*T, ldz]
+    int64_t ldz;
+    const float* d_skip;       // [channels]
+    const float* checkpoints;  // as written by selectiveScan's ScanCheckpoints
+    int chunk;
+    const float* dout;         // [B*T, channels]: gradient of the gated output
+    float* ddt;                // out: [B*T, channels] gradient of the pre-softplus dt (overwritten)
+    float* dbc;                // out: [B*T, lddbc]: dB_t then dC_t (overwritten)
+    int64_t lddbc;
+    float* du;                 // out: [B*T, channels] (overwritten): D·dy + Δ·Σ G·B
+    float* dz;                 // out: [B*T, lddz] (overwritten)
+    int64_t lddz;
+    float* da_log;             // [channels, d_state] += (the gradient w.r.t. A_log, rows summed in row order)
+    float* dd_skip;            // [channels] +=
+    int batch, steps, channels, d_state;
+};
+
+/** One AdamW update (PyTorch semantics) of n parameters: decoupled decay, bias-corrected moments. */
+struct AdamWArgs {
+    float lr, beta1, beta2, eps, weight_decay;
+    float bias_correction1, bias_correction2;  // 1 - beta^step
+    float grad_scale;                          // gradient multiplier (clipping, loss-scale undo), applied first
+};
+
+/** Softmax cross-entropy per row of logits against int32 targets; rows with target == ignore_index count nothing. */
+struct CrossEntropyArgs {
+    const float* logits;     // [rows, vocab]
+    int64_t rows;
+    int vocab;
+    const int32_t* targets;  // [rows], backend memory
+    int ignore_index;
+    float scale;             // dlogits = scale·(softmax − onehot)
+    float* loss;             // [rows]: 0 when ignored
+    float* correct;          // [rows]: 1 when the argmax is the target
+    float* dlogits;          // [rows, vocab] or null; may alias logits
+};
+
+class Ops {
+public:
+    virtual ~Ops() = default;
+    virtual Capabilities capabilities() const = 0;
+
+    // ---- memory (floats; 2-byte storage types use (n + 1) / 2 floats) ----
+    /** Zero-filled buffer of n floats; throws OutOfMemoryError. */
+    virtual float* alloc(int64_t n) = 0;
+    virtual void release(float* p) noexcept = 0;
+    virtual void upload(float* dst, const float* host, int64_t n) = 0;
+    virtual void download(float* host, const float* src, int64_t n) = 0;
+    virtual void copy(float* dst, const float* src, int64_t n) = 0;
+    virtual void zero(float* p, int64_t n) = 0;
+    /** Waits for all queued work (device backends run asynchronously). */
+    virtual void synchronize() {}
+
+    // ---- products: the one dispatch point (gemm.h) ----
+    virtual void gemm(const Gemm& g) = 0;
+
+    // ---- inference stages ----
+    virtual void rmsnorm(const RmsNormArgs& a) = 0;
+    /**
+     * Named fusion: rmsnorm(norm), then the Forward product `linear`, whose input must be norm.y (the
+     * normalised rows are also written there). Default: the two ops in sequence.
+     */
+    virtual void normLinear(const RmsNormArgs& norm, const Gemm& linear) {
+        rmsnorm(norm);
+        gemm(linear);
+    }
+    /** out[r, :] = table[ids[r], :] (f32 out) for r < rows; ids are backend int32, already range-checked. */
+    virtual void embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) = 0;
+    /** a = -exp(a_log). */
+    virtual void negExp(const float* a_log, float* a, int64_t n) = 0;
+    /** n f32 values to dtype (DTYPE_BF16 or DTYPE_F16) at dst, round to nearest even. Needs lowp_storage. */
+    virtual void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) = 0;
+    /** n dtype (DTYPE_BF16 or DTYPE_F16) values at src to f32 (exact). Needs lowp_storage. */
+    virtual void fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) = 0;
+    virtual void convSilu(const ConvArgs& a) = 0;
+    /**
+     * The selective scan. Named fusion: with dtProj (a Forward product writing s.dt), the Δ projection is
+     * computed first (a backend may compute it inside the scan; s.dt is written either way). With
+     * checkpoints (training), the state before every chunk is recorded for selectiveScanBackward.
+     */
+    virtual void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) = 0;
+
+    // ---- graphs: record a fixed sequence of launches once, replay it with one call (capabilities().graphs) ----
+    /** Starts recording this backend's work (nothing may allocate until the capture ends). */
+    virtual void beginCapture() {}
+    /** Ends recording; returns an executable handle. */
+    virtual void* endCapture() { return nullptr; }
+    virtual void replay(void* graph) {}
+    virtual void destroyGraph(void* graph) noexcept {}
+
+    // ---- training (capabilities().training); gradients accumulate (+=) unless said otherwise ----
+    virtual void rmsnormBackward(const RmsNormBackwardArgs& a) = 0;
+    virtual void convSiluBackward(const ConvBackwardArgs& a) = 0;
+    virtual void selectiveScanBackward(const ScanBackwardArgs& a) = 0;
+    /** x[i] *= s. */
+    virtual void scale(float* x, int64_t n, float s) = 0;
+    /** Σ x[i]², accumulated in double over fixed-size chunks in a fixed order. */
+    virtual double sumOfSquares(const float* x, int64_t n) = 0;
+    /** In-place AdamW on p with gradient g and moments m, v (all n floats). */
+    virtual void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) = 0;
+    /** dy = scale·2·(y − t); returns Σ (y − t)² in double. */
+    virtual double mse(const float* y, const float* target, int64_t n, float scale, float* dy) = 0;
+    virtual void crossEntropy(const CrossEntropyArgs& a) = 0;
+};
+
+}  // namespace mamba
