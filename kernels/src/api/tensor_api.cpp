@@ -1,7 +1,7 @@
 // mamba::Tensor: an owning device (or host) buffer with a dtype and a shape.
-#include "devices.h"
-#include "errors.h"
-#include "model_impl.h"
+#include "core/backends.h"
+#include "core/errors.h"
+#include "runtime/model.h"
 
 #include <vector>
 
@@ -9,13 +9,13 @@ namespace mamba {
 
 class TensorImpl {
 public:
-    TensorImpl(Backend& be, int device, int dtype, std::vector<int64_t> shape, int64_t size)
-        : be(be), device(device), dtype(dtype), shape(std::move(shape)), size(size),
-          bytes(size * elementBytes(dtype)), data(be, (bytes + 3) / 4) {}
+    TensorImpl(std::shared_ptr<Ops> ops, int device, int dtype, std::vector<int64_t> shape, int64_t size)
+        : ops(std::move(ops)), device(device), dtype(dtype), shape(std::move(shape)), size(size),
+          bytes(size * elementBytes(dtype)), data(*this->ops, (bytes + 3) / 4) {}
 
     static int64_t elementBytes(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16 ? 2 : 4; }
 
-    Backend& be;
+    std::shared_ptr<Ops> ops;  // declared first: outlives data
     int device, dtype;
     std::vector<int64_t> shape;
     int64_t size, bytes;
@@ -34,8 +34,7 @@ TensorImpl* makeTensor(int device, int dtype, const int64_t* shape, int rank) {
         require(d == 0 || size <= (int64_t{1} << 60) / d, "tensor shape overflows");
         size *= d;
     }
-    Backend& be = device == DEVICE_CPU ? cpuBackend() : cudaBackend(device);
-    return new TensorImpl(be, device, dtype, std::move(dims), size);
+    return new TensorImpl(openBackend(device), device, dtype, std::move(dims), size);
 }
 
 void requireFloats(const TensorImpl& t, int64_t count) {
@@ -61,44 +60,51 @@ int64_t Tensor::dim(int axis) const {
 int64_t Tensor::size() const { return impl_->size; }
 int64_t Tensor::bytes() const { return impl_->bytes; }
 void* Tensor::data() const { return impl_->data.data(); }
-void Tensor::zero() { impl_->be.zero(impl_->data.data(), impl_->data.size()); }
+// Every Tensor copy completes before it returns: a tensor has its own backend context, and a model that reads
+// it runs on another one.
+void Tensor::zero() {
+    impl_->ops->zero(impl_->data.data(), impl_->data.size());
+    impl_->ops->synchronize();
+}
 
 void Tensor::copyFromHost(const float* src, int64_t count) {
     requireFloats(*impl_, count);
     require(src != nullptr, "source is null");
-    impl_->be.upload(impl_->data.data(), src, count);
+    impl_->ops->upload(impl_->data.data(), src, count);
+    impl_->ops->synchronize();
 }
 
 void Tensor::copyToHost(float* dst, int64_t count) const {
     requireFloats(*impl_, count);
     require(dst != nullptr, "destination is null");
-    impl_->be.download(dst, impl_->data.data(), count);
+    impl_->ops->download(dst, impl_->data.data(), count);
 }
 
 void Tensor::copyFromHostBytes(const void* src, int64_t bytes) {
     requireWholeFloats(*impl_, bytes);
     require(src != nullptr, "source is null");
-    impl_->be.upload(impl_->data.data(), static_cast<const float*>(src), bytes / 4);
+    impl_->ops->upload(impl_->data.data(), static_cast<const float*>(src), bytes / 4);
+    impl_->ops->synchronize();
 }
 
 void Tensor::copyToHostBytes(void* dst, int64_t bytes) const {
     requireWholeFloats(*impl_, bytes);
     require(dst != nullptr, "destination is null");
-    impl_->be.download(static_cast<float*>(dst), impl_->data.data(), bytes / 4);
+    impl_->ops->download(static_cast<float*>(dst), impl_->data.data(), bytes / 4);
 }
 
 void Model::stepTensors(State& state, const Tensor& x, Tensor& y) {
     StateImpl& s = *state.impl();
     impl_->checkState(s);
     for (const TensorImpl* t : {x.impl(), y.impl()}) {
-        require(&t->be == &impl_->be, "tensors must live on the model's device");
+        require(t->device == impl_->device, "tensors must live on the model's device");
         require(t->dtype == DTYPE_F32, "step tensors must be F32");
     }
-    requireLength("x tensor", x.size(), static_cast<int64_t>(s.batch) * impl_->dims.in_width);
-    requireLength("y tensor", y.size(), static_cast<int64_t>(s.batch) * impl_->dims.d_model);
+    requireLength("x tensor", x.size(), static_cast<int64_t>(s.batch) * impl_->backbone.dims.in_width);
+    requireLength("y tensor", y.size(), static_cast<int64_t>(s.batch) * impl_->backbone.dims.d_model);
     impl_->launch(s.data.data(), ModelImpl::Input{static_cast<const float*>(x.data()), nullptr}, s.batch, 1,
-                  static_cast<float*>(y.data()), false, impl_->weights());
-    impl_->be.synchronize();
+                  static_cast<float*>(y.data()), false);
+    impl_->ops->synchronize();
 }
 
 }  // namespace mamba

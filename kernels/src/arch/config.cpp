@@ -1,6 +1,7 @@
-// Configuration validation: one place, used by the C++ API and (through it) by the Java builders.
-#include "dims.h"
-#include "errors.h"
+// Configuration validation: one place, used by the C++ API and (through it) by the Java builders. The
+// backbone's fields first, then each architecture's.
+#include "core/errors.h"
+#include "mamba/mamba.h"
 
 #include <cmath>
 
@@ -38,45 +39,25 @@ int64_t configFieldMax(const std::string& field) { return limitOf(field).hi; }
 void validateConfig(const ModelConfig& c) {
     if (c.arch != ARCH_MAMBA1)
         fail("arch = " + std::to_string(c.arch) + " is not supported: only Mamba-1 (arch 1) is implemented");
+    // The backbone
     requireRange("dModel", c.d_model);
-    requireRange("dState", c.d_state);
-    requireRange("dConv", c.d_conv);
-    requireRange("expand", c.expand);
     requireRange("layers", c.n_layers);
     requireRange("inputDim", c.input_dim);
-    requireRange("dtRank", c.dt_rank);
     requireRange("vocabSize", c.vocab_size);
     if (c.vocab_size > 0 && c.input_dim > 0)
         fail("inputDim = " + std::to_string(c.input_dim) + " must be 0 for a language model (vocabSize > 0): tokens are embedded");
-    requireRange("dInner", static_cast<int64_t>(c.expand) * c.d_model);
     if (!(c.norm_eps > 0 && c.norm_eps < 1)) fail("normEps = " + std::to_string(c.norm_eps) + " must be in (0, 1)");
+    // Mamba-1
+    requireRange("dState", c.d_state);
+    requireRange("dConv", c.d_conv);
+    requireRange("expand", c.expand);
+    requireRange("dtRank", c.dt_rank);
+    requireRange("dInner", static_cast<int64_t>(c.expand) * c.d_model);
     if (!(c.dt_min > 0 && c.dt_min <= c.dt_max && c.dt_max < 100))
         fail("dtMin/dtMax = " + std::to_string(c.dt_min) + "/" + std::to_string(c.dt_max) +
              " must satisfy 0 < dtMin <= dtMax < 100");
     if (!(c.dt_init_floor > 0 && c.dt_init_floor < 1))
         fail("dtInitFloor = " + std::to_string(c.dt_init_floor) + " must be in (0, 1)");
-}
-
-Dims Dims::of(const ModelConfig& c) {
-    validateConfig(c);
-    Dims d;
-    d.d_model = c.d_model;
-    d.d_state = c.d_state;
-    d.d_conv = c.d_conv;
-    d.d_inner = c.expand * c.d_model;
-    d.dt_rank = c.dt_rank > 0 ? c.dt_rank : (c.d_model + 15) / 16;
-    d.xdbl = d.dt_rank + 2 * c.d_state;
-    d.n_layers = c.n_layers;
-    d.input_dim = c.input_dim;
-    d.in_width = c.input_dim > 0 ? c.input_dim : c.d_model;
-    d.vocab = c.vocab_size;
-    d.tie_embeddings = c.tie_embeddings;
-    d.eps = c.norm_eps;
-    d.conv_state = static_cast<int64_t>(d.d_inner) * (d.d_conv - 1);
-    d.ssm_state = static_cast<int64_t>(d.d_inner) * d.d_state;
-    d.layer_state = d.conv_state + d.ssm_state;
-    d.row_state = d.layer_state * d.n_layers;
-    return d;
 }
 
 }  // namespace mamba

@@ -1,0 +1,265 @@
+// The public mamba::Trainer (mamba.h): argument checks and host staging; the training itself is the
+// trainer runtime (runtime/trainer.h).
+#include "core/errors.h"
+#include "runtime/trainer.h"
+
+#include <cmath>
+
+namespace mamba {
+
+namespace {
+void checkTrainable(const ModelImpl& m, int batch, int seqLen) {
+    require(batch >= 1 && batch <= (1 << 20), "batch = " + std::to_string(batch) + " must be in [1, 1048576]");
+    require(seqLen >= 1 && seqLen <= (1 << 24), "seqLen = " + std::to_string(seqLen) + " must be in [1, 16777216]");
+    require(static_cast<int64_t>(batch) * seqLen <= (int64_t{1} << 31) - 1,
+            "batch * seqLen = " + std::to_string(static_cast<int64_t>(batch) * seqLen) + " is too large");
+    require(m.backbone.dims.vocab == 0,
+            "training language models is not supported yet: the trainer trains backbones with float inputs (this model "
+            "has vocabSize = " + std::to_string(m.backbone.dims.vocab) + ")");
+    if (!m.ops->capabilities().training)
+        throw std::runtime_error("training is not supported on this backend (device " + std::to_string(m.device) + ")");
+}
+
+void checkScale(float scale) { require(std::isfinite(scale), "gradient scale = " + std::to_string(scale) + " must be finite"); }
+
+void checkStateRows(const TrainerRuntime& t, const StateImpl& s) {
+    t.model.checkState(s);
+    require(s.batch == t.B, "the state holds " + std::to_string(s.batch) + " rows but the trainer's batch is " +
+                                std::to_string(t.B));
+}
+
+float* moment(const Slot& s, int which) {
+    require(which == 0 || which == 1, "moment " + std::to_string(which) + " must be 0 (m) or 1 (v)");
+    return which == 0 ? s.m : s.v;
+}
+}  // namespace
+
+class Trainer::Impl : public TrainerRuntime {
+public:
+    using TrainerRuntime::TrainerRuntime;
+
+    void stageX(const float* x, int64_t xLength) {
+        require(x != nullptr, "input is null");
+        requireLength("input", xLength, R * model.backbone.dims.in_width);
+        ops.upload(replica.x_stage.data(), x, R * model.backbone.dims.in_width);
+    }
+    void stageDy(const float* dy, int64_t dyLength, float scale) {
+        const int64_t n = R * model.backbone.dims.d_model;
+        require(dy != nullptr, "output gradient is null");
+        requireLength("output gradient", dyLength, n);
+        checkScale(scale);
+        ops.upload(replica.dy_stage.data(), dy, n);
+        if (scale != 1.f) ops.scale(replica.dy_stage.data(), n, scale);
+    }
+    int64_t checkTargets(const int* t, int64_t length, int ignoreIndex) {
+        require(head != nullptr, "cross-entropy needs a head: call addHead(vocab, seed) first");
+        require(t != nullptr, "targets are null");
+        requireLength("targets", length, R);
+        for (int64_t r = 0; r < R; ++r)
+            if (t[r] != ignoreIndex && (t[r] < 0 || t[r] >= head->vocab))
+                throw std::out_of_range("targets[" + std::to_string(r) + "] = " + std::to_string(t[r]) +
+                                        " is outside [0, " + std::to_string(head->vocab) +
+                                        ") and is not the ignore index " + std::to_string(ignoreIndex));
+        return stageTargets(reinterpret_cast<const int32_t*>(t), ignoreIndex);
+    }
+};
+
+Trainer::Trainer(Model& model, int batch, int seqLen)
+    : impl_((checkTrainable(*model.impl(), batch, seqLen), new Impl(*model.impl(), batch, seqLen))) {}
+Trainer::~Trainer() { delete impl_; }
+
+int Trainer::batch() const { return impl_->B; }
+int Trainer::seqLen() const { return impl_->T; }
+
+void Trainer::setAdamW(const AdamWConfig& c) {
+    require(std::isfinite(c.lr) && c.lr >= 0.f, "AdamW lr = " + std::to_string(c.lr) + " must be finite and >= 0");
+    require(c.beta1 >= 0.f && c.beta1 < 1.f, "AdamW beta1 = " + std::to_string(c.beta1) + " must be in [0, 1)");
+    require(c.beta2 >= 0.f && c.beta2 < 1.f, "AdamW beta2 = " + std::to_string(c.beta2) + " must be in [0, 1)");
+    require(std::isfinite(c.eps) && c.eps > 0.f, "AdamW eps = " + std::to_string(c.eps) + " must be > 0");
+    require(std::isfinite(c.weight_decay) && c.weight_decay >= 0.f,
+            "AdamW weight_decay = " + std::to_string(c.weight_decay) + " must be >= 0");
+    impl_->opt = c;
+}
+AdamWConfig Trainer::adamW() const { return impl_->opt; }
+
+void Trainer::setLearningRate(float lr) {
+    require(std::isfinite(lr) && lr >= 0.f, "learning rate = " + std::to_string(lr) + " must be finite and >= 0");
+    impl_->opt.lr = lr;
+}
+float Trainer::learningRate() const { return impl_->opt.lr; }
+
+void Trainer::setClipGradNorm(float maxNorm) {
+    require(!std::isnan(maxNorm), "clip norm is NaN");
+    impl_->clip = maxNorm > 0.f ? maxNorm : 0.f;
+}
+float Trainer::clipGradNorm() const { return impl_->clip; }
+
+void Trainer::addHead(int vocab, int64_t seed) {
+    require(impl_->head == nullptr, "the trainer already has a head");
+    require(vocab >= 1 && vocab <= (1 << 20), "vocab = " + std::to_string(vocab) + " must be in [1, 1048576]");
+    impl_->addHead(vocab, seed);
+}
+int Trainer::headVocab() const { return impl_->head ? impl_->head->vocab : 0; }
+
+int Trainer::paramCount() const { return impl_->paramCount(); }
+std::string Trainer::paramName(int index) const { return impl_->slot(index).name; }
+int64_t Trainer::paramSize(int index) const { return impl_->slot(index).n; }
+
+void Trainer::setWeightDecay(int index, bool decay) {
+    impl_->slot(index);
+    impl_->decay[index] = decay;
+}
+bool Trainer::weightDecay(int index) const {
+    impl_->slot(index);
+    return impl_->decay[index];
+}
+
+void Trainer::readParam(int index, float* dst, int64_t dstLength) const {
+    const Slot s = impl_->slot(index);
+    require(dst != nullptr, "destination is null");
+    requireLength(s.name.c_str(), dstLength, s.n);
+    impl_->ops.download(dst, s.p, s.n);
+}
+
+void Trainer::writeParam(int index, const float* src, int64_t srcLength) {
+    const Slot s = impl_->slot(index);
+    require(src != nullptr, "source is null");
+    requireLength(s.name.c_str(), srcLength, s.n);
+    impl_->writeParam(index, src);
+}
+
+void Trainer::readGrad(int index, float* dst, int64_t dstLength) const {
+    const Slot s = impl_->slot(index);
+    require(dst != nullptr, "destination is null");
+    requireLength(s.name.c_str(), dstLength, s.n);
+    impl_->ops.download(dst, s.g, s.n);
+}
+
+void Trainer::readMoment(int which, int index, float* dst, int64_t dstLength) const {
+    const Slot s = impl_->slot(index);
+    float* p = moment(s, which);
+    require(dst != nullptr, "destination is null");
+    requireLength(s.name.c_str(), dstLength, s.n);
+    impl_->ops.download(dst, p, s.n);
+}
+
+void Trainer::writeMoment(int which, int index, const float* src, int64_t srcLength) {
+    const Slot s = impl_->slot(index);
+    float* p = moment(s, which);
+    require(src != nullptr, "source is null");
+    requireLength(s.name.c_str(), srcLength, s.n);
+    impl_->ops.upload(p, src, s.n);
+}
+
+int64_t Trainer::stepCount() const { return impl_->steps; }
+void Trainer::setStepCount(int64_t steps) {
+    require(steps >= 0, "step count = " + std::to_string(steps) + " must be >= 0");
+    impl_->steps = steps;
+}
+void Trainer::zeroGrad() { impl_->zeroGrad(); }
+
+void Trainer::burnIn(const float* x, int64_t xLength, int steps) {
+    require(steps >= 1, "burn-in steps = " + std::to_string(steps) + " must be >= 1");
+    require(x != nullptr, "burn-in input is null");
+    requireLength("burn-in input", xLength, static_cast<int64_t>(impl_->B) * steps * impl_->model.backbone.dims.in_width);
+    impl_->burnIn(x, steps);
+}
+
+void Trainer::setStartState(const State& state) {
+    checkStateRows(*impl_, *state.impl());
+    impl_->setStartState(*state.impl());
+}
+
+void Trainer::readEndState(State& state) const {
+    checkStateRows(*impl_, *state.impl());
+    impl_->readEndState(*state.impl());
+}
+
+void Trainer::forward(const float* x, int64_t xLength, float* y, int64_t yLength) {
+    Impl& t = *impl_;
+    const int64_t n = t.R * t.model.backbone.dims.d_model;
+    require(y != nullptr, "output is null");
+    requireLength("output", yLength, n);
+    t.stageX(x, xLength);
+    t.forward();
+    t.ops.download(y, t.replica.y_stage.data(), n);
+}
+
+StepStats Trainer::backward(const float* dy, int64_t dyLength, float scale, bool apply) {
+    Impl& t = *impl_;
+    t.stageDy(dy, dyLength, scale);
+    t.backward();
+    return t.finish(apply);
+}
+
+StepStats Trainer::optimizerStep() { return impl_->optimizerStep(); }
+
+StepStats Trainer::step(const float* x, int64_t xLength, const float* dy, int64_t dyLength, float scale, bool apply) {
+    Impl& t = *impl_;
+    t.stageX(x, xLength);
+    t.stageDy(dy, dyLength, scale);
+    t.forward();
+    t.backward();
+    return t.finish(apply);
+}
+
+StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target, int64_t targetLength, float scale,
+                           bool apply) {
+    Impl& t = *impl_;
+    const int64_t n = t.R * t.model.backbone.dims.d_model;
+    require(target != nullptr, "target is null");
+    requireLength("target", targetLength, n);
+    checkScale(scale);
+    t.stageX(x, xLength);
+    t.replica.target_stage.ensure(t.ops, n);
+    t.ops.upload(t.replica.target_stage.data(), target, n);
+    t.forward();
+    const double loss = t.mse(scale);
+    t.backward();
+    StepStats st = t.finish(apply);
+    st.has_loss = true;
+    st.loss = static_cast<float>(loss);
+    st.counted = n;
+    return st;
+}
+
+StepStats Trainer::stepCrossEntropy(const float* x, int64_t xLength, const int* targets, int64_t targetLength,
+                                    int ignoreIndex, float scale, bool apply) {
+    Impl& t = *impl_;
+    checkScale(scale);
+    const int64_t counted = t.checkTargets(targets, targetLength, ignoreIndex);
+    t.stageX(x, xLength);
+    t.forward();
+    StepStats loss;
+    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, scale, true, counted, loss);
+    t.head->backward(t.ops, t.replica.y_stage.data(), t.R, t.replica.dy_stage.data());
+    t.backward();
+    StepStats st = t.finish(apply);
+    st.has_loss = true;
+    st.loss = loss.loss;
+    st.accuracy = loss.accuracy;
+    st.counted = loss.counted;
+    return st;
+}
+
+StepStats Trainer::evalCrossEntropy(const float* x, int64_t xLength, const int* targets, int64_t targetLength,
+                                    int ignoreIndex) {
+    Impl& t = *impl_;
+    const int64_t counted = t.checkTargets(targets, targetLength, ignoreIndex);
+    t.stageX(x, xLength);
+    t.forward();
+    t.have_tape = false;
+    StepStats st = t.pending();
+    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, 1.f, false, counted, st);
+    return st;
+}
+
+void Trainer::readInputGradient(float* dst, int64_t dstLength) const {
+    Impl& t = *impl_;
+    require(t.have_dx, "no backward has run yet");
+    require(dst != nullptr, "destination is null");
+    requireLength("input gradient", dstLength, t.R * t.model.backbone.dims.in_width);
+    t.ops.download(dst, t.replica.dx_stage.data(), t.R * t.model.backbone.dims.in_width);
+}
+
+}  // namespace mamba

@@ -1,0 +1,178 @@
+#include "backbone.h"
+
+#include "core/errors.h"
+#include "core/rng.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mamba {
+
+namespace {
+const ModelConfig& validated(const ModelConfig& c) {
+    validateConfig(c);
+    return c;
+}
+}  // namespace
+
+Backbone::Backbone(const ModelConfig& c) : config(validated(c)), arch(makeArchitecture(c)) {
+    dims.d_model = c.d_model;
+    dims.n_layers = c.n_layers;
+    dims.input_dim = c.input_dim;
+    dims.in_width = c.input_dim > 0 ? c.input_dim : c.d_model;
+    dims.vocab = c.vocab_size;
+    dims.tie_embeddings = c.tie_embeddings;
+    dims.eps = c.norm_eps;
+    dims.layer_state = arch->layerStateSize();
+    dims.row_state = dims.layer_state * c.n_layers;
+
+    const int64_t D = c.d_model;
+    if (dims.vocab > 0) embedding = table.add("backbone.embeddings.weight", {dims.vocab, D}, true, false);
+    if (dims.input_dim > 0) {
+        input_w = table.add("input_proj.weight", {D, dims.input_dim}, true, false);
+        input_b = table.add("input_proj.bias", {D}, false, true);
+    }
+    for (int i = 0; i < dims.n_layers; ++i) arch->declareLayer(table, i);
+    norm_f = table.add("backbone.norm_f.weight", {D}, false, true);
+    if (dims.vocab > 0)
+        lm_head = dims.tie_embeddings ? embedding : table.add("lm_head.weight", {dims.vocab, D}, true, false);
+}
+
+void Backbone::init(int64_t seed, float* host) const {
+    auto ptr = [&](int index) { return host + table[index].offset; };
+    auto size = [&](int index) { return table[index].size; };
+    if (input_w >= 0) {  // nn.Linear default (kaiming_uniform a=√5 ⇒ U(±1/√fan_in)), bias zeroed
+        Rng::stream(seed, input_w + 1).fillUniform(ptr(input_w), size(input_w), 1.0 / std::sqrt(double(dims.input_dim)));
+        std::fill(ptr(input_b), ptr(input_b) + size(input_b), 0.f);
+    }
+    for (int i = 0; i < dims.n_layers; ++i) arch->initLayer(table, i, seed, host);
+    std::fill(ptr(norm_f), ptr(norm_f) + size(norm_f), 1.f);
+    if (embedding >= 0)  // mixer_seq_simple._init_weights: N(0, 0.02)
+        Rng::stream(seed, embedding + 1).fillNormal(ptr(embedding), size(embedding), 0.02);
+    if (lm_head >= 0 && lm_head != embedding)
+        Rng::stream(seed, lm_head + 1).fillUniform(ptr(lm_head), size(lm_head), 1.0 / std::sqrt(double(dims.d_model)));
+}
+
+// ---- BackboneRunner ----
+
+LayerCall BackboneRunner::call(int layer, int B, int T, GemmMode mode, float* state) const {
+    LayerCall c{};
+    c.layer = layer;
+    c.B = B;
+    c.T = T;
+    c.mode = mode;
+    c.state = state ? state + layer * bb_.dims.layer_state : nullptr;
+    c.state_stride = bb_.dims.row_state;
+    return c;
+}
+
+bool BackboneRunner::reserve(Ops& ops, int B, int T, bool tape) {
+    const Architecture& arch = *bb_.arch;
+    const int64_t R = static_cast<int64_t>(B) * T, D = bb_.dims.d_model;
+    if (!tape) {
+        if (!layer_) layer_ = arch.newBuffers();
+        bool moved = resid_.ensure(ops, R * D);
+        moved |= normed_.ensure(ops, R * D);
+        moved |= arch.reserve(ops, *layer_, B, T, BufferUse::Inference);
+        return moved;
+    }
+    const int L = bb_.dims.n_layers;
+    bool moved = false;
+    if (static_cast<int>(entering_.size()) != L + 1) {
+        entering_.resize(L + 1);
+        tape_.clear();
+        for (int i = 0; i < L; ++i) tape_.push_back(arch.newBuffers());
+        scratch_ = arch.newBuffers();
+    }
+    for (Buffer& b : entering_) moved |= b.ensure(ops, R * D);
+    for (auto& t : tape_) moved |= arch.reserve(ops, *t, B, T, BufferUse::Tape);
+    moved |= arch.reserve(ops, *scratch_, B, T, BufferUse::Backward);
+    moved |= dresid_.ensure(ops, R * D);
+    return moved;
+}
+
+void BackboneRunner::stem(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode, float* h0) {
+    const int64_t R = static_cast<int64_t>(io.B) * io.T;
+    const int D = bb_.dims.d_model;
+    if (io.ids)
+        ops.embed(w.matrix(bb_.embedding), io.ids, R, h0);
+    else if (bb_.input_w >= 0)
+        ops.gemm(Gemm::forward(mode, io.x, bb_.dims.input_dim, R, w.matrix(bb_.input_w), w.vec(bb_.input_b), h0, D, 0.f));
+    else
+        ops.copy(h0, io.x, R * D);
+}
+
+void BackboneRunner::forward(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode) {
+    const BackboneDims& d = bb_.dims;
+    const int B = io.B, T = io.T;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    reserve(ops, B, T, false);
+    float* h = resid_.data();
+    stem(ops, w, io, mode, h);
+    for (int i = 0; i < d.n_layers; ++i) {
+        LayerCall c = call(i, B, T, mode, io.state);
+        c.resid = h;
+        bb_.arch->forwardLayer(ops, w, c, *layer_, false);
+    }
+    // The final norm of every position, or of the last position of each row.
+    const int64_t rows = io.allPositions ? R : B;
+    const float* last = io.allPositions ? h : h + static_cast<int64_t>(T - 1) * d.d_model;
+    const int64_t ld = io.allPositions ? d.d_model : static_cast<int64_t>(T) * d.d_model;
+    float* y = io.ids ? normed_.data() : io.out;
+    ops.rmsnorm(RmsNormArgs{last, ld, w.vec(bb_.norm_f), rows, d.d_model, d.eps, y, d.d_model});
+    if (io.ids)
+        ops.gemm(Gemm::forward(mode, y, d.d_model, rows, w.matrix(bb_.lm_head), nullptr, io.out, d.vocab, 0.f));
+}
+
+void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start) {
+    const BackboneDims& d = bb_.dims;
+    require(io.x != nullptr && io.ids == nullptr, "the training forward takes feature inputs");
+    const int B = io.B, T = io.T;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    reserve(ops, B, T, true);
+    tape_x_ = nullptr;
+    stem(ops, w, io, GemmMode::Reproducible, entering_[0].data());
+    for (int i = 0; i < d.n_layers; ++i) {
+        ops.copy(entering_[i + 1].data(), entering_[i].data(), R * d.d_model);
+        LayerCall c = call(i, B, T, GemmMode::Reproducible, io.state);
+        c.resid = entering_[i + 1].data();
+        bb_.arch->forwardLayer(ops, w, c, *tape_[i], true);
+    }
+    ops.rmsnorm(RmsNormArgs{entering_[d.n_layers].data(), d.d_model, w.vec(bb_.norm_f), R, d.d_model, d.eps, io.out,
+                            d.d_model});
+    tape_B_ = B;
+    tape_T_ = T;
+    tape_x_ = io.x;
+    tape_start_ = start;
+}
+
+void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& master, const float* dy, float* grads,
+                              float* dx) {
+    const BackboneDims& d = bb_.dims;
+    if (!tape_x_) throw std::logic_error("backward without a taped forward");
+    const int B = tape_B_, T = tape_T_;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    const ParamTable& tb = bb_.table;
+    auto grad = [&](int index) { return grads + tb[index].offset; };
+    float* dresid = dresid_.data();
+
+    // Final norm: dresid = ∂L/∂(stream after the last layer).
+    ops.rmsnormBackward(RmsNormBackwardArgs{entering_[d.n_layers].data(), d.d_model, w.vec(bb_.norm_f), dy, d.d_model,
+                                            R, d.d_model, d.eps, dresid, d.d_model, 0.f, grad(bb_.norm_f)});
+    for (int i = d.n_layers - 1; i >= 0; --i) {
+        LayerCall c = call(i, B, T, GemmMode::Reproducible, nullptr);
+        c.input = entering_[i].data();
+        c.start = tape_start_ + i * d.layer_state;
+        bb_.arch->backwardLayer(ops, w, master, c, *tape_[i], *scratch_, dresid, grads);
+    }
+    // The input projection, then the input itself.
+    if (bb_.input_w >= 0) {
+        ops.gemm(Gemm::weightGrad(dresid, d.d_model, tape_x_, d.input_dim, R, d.d_model, d.input_dim, grad(bb_.input_w),
+                                  grad(bb_.input_b)));
+        if (dx) ops.gemm(Gemm::backwardData(dresid, d.d_model, R, master.matrix(bb_.input_w), dx, d.input_dim, 0.f));
+    } else if (dx) {
+        ops.copy(dx, dresid, R * d.d_model);
+    }
+}
+
+}  // namespace mamba

@@ -1,0 +1,120 @@
+// Mamba-1's layer, forward and backward, written once against the ops layer (see mamba1.h for the math).
+// Rows r = b·T + t. Inference, prefill and training run the same forwardLayer; training only asks it to
+// keep its activations (the tape) and the SSM state every kScanChunk steps. The conv output and the SSM
+// states h_t are NOT kept: backward recomputes them from x (with the starting conv history) and from those
+// checkpoints, one chunk at a time, so the tape is O(B·T·d + B·T/64·d_inner·d_state).
+#include "mamba1.h"
+
+#include <stdexcept>
+
+namespace mamba {
+
+namespace {
+/** One layer's activations: [B·T rows, width] each. */
+struct Mamba1Buffers final : LayerBuffers {
+    Buffer normed;       // RMSNorm(h)                       [d_model]
+    Buffer xz;           // in_proj output [x | z]           [2·d_inner]
+    Buffer u;            // SiLU(conv(x))                    [d_inner]
+    Buffer xdbl;         // x_proj output [δ | B | C]        [xdbl]
+    Buffer dt;           // dt_proj output (pre-softplus)    [d_inner]
+    Buffer gated;        // y · SiLU(z)                      [d_inner]
+    Buffer checkpoints;  // tape: h before every kScanChunk steps
+};
+Mamba1Buffers& cast(LayerBuffers& b) { return static_cast<Mamba1Buffers&>(b); }
+}  // namespace
+
+std::unique_ptr<LayerBuffers> Mamba1::newBuffers() const { return std::make_unique<Mamba1Buffers>(); }
+
+bool Mamba1::reserve(Ops& ops, LayerBuffers& buffers, int B, int T, BufferUse use) const {
+    Mamba1Buffers& b = cast(buffers);
+    const int64_t R = static_cast<int64_t>(B) * T, E = d_.d_inner;
+    // Backward scratch reuses the same shapes as gradients: normed → dnormed, xz → dxz, u → du, xdbl → dxdbl,
+    // dt → ddt, gated → dgated.
+    bool moved = b.normed.ensure(ops, R * d_.d_model);
+    moved |= b.xz.ensure(ops, R * 2 * E);
+    moved |= b.u.ensure(ops, R * E);
+    moved |= b.xdbl.ensure(ops, R * d_.xdbl);
+    moved |= b.dt.ensure(ops, R * E);
+    moved |= b.gated.ensure(ops, R * E);
+    if (use == BufferUse::Tape)
+        moved |= b.checkpoints.ensure(ops, static_cast<int64_t>(B) * ((T + kScanChunk - 1) / kScanChunk) * d_.ssm_state);
+    return moved;
+}
+
+void Mamba1::derive(Ops& ops, const WeightView& w, float* derived) const {
+    for (int i = 0; i < d_.n_layers; ++i) ops.negExp(w.vec(layers_[i].a_log), derived + i * d_.ssm_state, d_.ssm_state);
+}
+
+void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, LayerBuffers& buffers, bool tape) const {
+    const Layer& L = layers_[c.layer];
+    Mamba1Buffers& b = cast(buffers);
+    const int64_t R = static_cast<int64_t>(c.B) * c.T;
+    const int D = d_.d_model, E = d_.d_inner;
+    float* conv_hist = c.state;              // row b at + b·state_stride
+    float* ssm = c.state + d_.conv_state;
+
+    // [x | z] = in_proj(RMSNorm(h)): a named fusion, a backend may normalise inside the product.
+    ops.normLinear(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, b.normed.data(), D},
+                   Gemm::forward(c.mode, b.normed.data(), D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f));
+
+    // u = SiLU(conv1d(x)), the history carried.
+    ops.convSilu(ConvArgs{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
+                          c.B, c.T, E, d_.d_conv});
+
+    // [δ | B | C] = x_proj(u)
+    ops.gemm(Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f));
+
+    // Δ = dt_proj(δ) (fused into the scan where a backend can), then the scan, D skip and the SiLU(z) gate.
+    const Gemm dtProj = Gemm::forward(c.mode, b.xdbl.data(), d_.xdbl, R, w.matrix(L.dt_w), w.vec(L.dt_b), b.dt.data(),
+                                      E, 0.f);
+    const ScanArgs scan{b.dt.data(), negA(w, c.layer), b.xdbl.data() + d_.dt_rank, d_.xdbl, b.u.data(), b.xz.data() + E,
+                        2 * E, w.vec(L.d), ssm, c.state_stride, b.gated.data(), c.B, c.T, E, d_.d_state};
+    const ScanCheckpoints ckpt{b.checkpoints.data(), kScanChunk};
+    ops.selectiveScan(scan, &dtProj, tape ? &ckpt : nullptr);
+
+    // h += out_proj(gated)
+    ops.gemm(Gemm::forward(c.mode, b.gated.data(), E, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f));
+}
+
+void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& master, const LayerCall& c,
+                           LayerBuffers& tapeBuffers, LayerBuffers& scratch, float* dresid, float* grads) const {
+    const Layer& L = layers_[c.layer];
+    Mamba1Buffers& tp = cast(tapeBuffers);
+    Mamba1Buffers& g = cast(scratch);  // the same shapes, holding gradients
+    const int64_t R = static_cast<int64_t>(c.B) * c.T;
+    const int D = d_.d_model, E = d_.d_inner;
+    auto grad = [&](int index) { return grads + (*w.table)[index].offset; };
+
+    // out_proj (the residual passes dresid through unchanged).
+    ops.gemm(Gemm::backwardData(dresid, D, R, master.matrix(L.out_proj), g.gated.data(), E, 0.f));
+    ops.gemm(Gemm::weightGrad(dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
+
+    // gate + D skip + scan + softplus: ddt, dB/dC (into dxdbl), du, dz (into dxz), dA_log, dD.
+    ops.selectiveScanBackward(ScanBackwardArgs{
+        tp.dt.data(), negA(w, c.layer), tp.xdbl.data() + d_.dt_rank, d_.xdbl, tp.u.data(), tp.xz.data() + E, 2 * E,
+        w.vec(L.d), tp.checkpoints.data(), kScanChunk, g.gated.data(), g.dt.data(), g.xdbl.data() + d_.dt_rank, d_.xdbl,
+        g.u.data(), g.xz.data() + E, 2 * E, grad(L.a_log), grad(L.d), c.B, c.T, E, d_.d_state});
+
+    // dt_proj: dW_dt += ddtᵀ·δ, db_dt += Σ ddt, dδ = ddt·W_dt.
+    ops.gemm(Gemm::weightGrad(g.dt.data(), E, tp.xdbl.data(), d_.xdbl, R, E, d_.dt_rank, grad(L.dt_w), grad(L.dt_b)));
+    ops.gemm(Gemm::backwardData(g.dt.data(), E, R, master.matrix(L.dt_w), g.xdbl.data(), d_.xdbl, 0.f));
+
+    // x_proj: dW_x += dxdblᵀ·u, du += dxdbl·W_x.
+    ops.gemm(Gemm::weightGrad(g.xdbl.data(), d_.xdbl, tp.u.data(), E, R, d_.xdbl, E, grad(L.x_proj), nullptr));
+    ops.gemm(Gemm::backwardData(g.xdbl.data(), d_.xdbl, R, master.matrix(L.x_proj), g.u.data(), E, 1.f));
+
+    // conv + SiLU: dx (into dxz's first half), dconv_w, dconv_b.
+    ops.convSiluBackward(ConvBackwardArgs{tp.xz.data(), 2 * E, c.start, c.state_stride, w.vec(L.conv_w),
+                                          w.vec(L.conv_b), g.u.data(), E, g.xz.data(), 2 * E, grad(L.conv_w),
+                                          grad(L.conv_b), c.B, c.T, E, d_.d_conv});
+
+    // in_proj: dW_in += dxzᵀ·normed, dnormed = dxz·W_in.
+    ops.gemm(Gemm::weightGrad(g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr));
+    ops.gemm(Gemm::backwardData(g.xz.data(), 2 * E, R, master.matrix(L.in_proj), g.normed.data(), D, 0.f));
+
+    // The block norm, added to the residual gradient.
+    ops.rmsnormBackward(RmsNormBackwardArgs{c.input, D, w.vec(L.norm), g.normed.data(), D, R, D, d_.eps, dresid, D,
+                                            1.f, grad(L.norm)});
+}
+
+}  // namespace mamba

@@ -1,0 +1,188 @@
+#include "model.h"
+
+#include "core/backends.h"
+#include "core/errors.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace mamba {
+
+namespace {
+bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
+}  // namespace
+
+ModelImpl::ModelImpl(const ModelConfig& config, int device, int dtype, int64_t seed)
+    : backbone(config), device(device), dtype(dtype), ops(openBackend(device)), runner_(backbone) {
+    require(dtype >= DTYPE_F32 && dtype <= DTYPE_F16, "dtype code " + std::to_string(dtype) + " is unknown");
+    require(dtype == DTYPE_F32 || ops->capabilities().lowp_storage,
+            "the CPU backend stores weights as F32 only; BF16/F16/TF32 need a CUDA device");
+    layout_ = StorageLayout::of(backbone.table, dtype);
+    storage_ = Buffer(*ops, (layout_.bytes + 3) / 4);
+    derived_ = Buffer(*ops, backbone.arch->derivedSize());
+    std::vector<float> host(static_cast<size_t>(backbone.table.totalSize()), 0.f);
+    backbone.init(seed, host.data());
+    if (storesF32()) {
+        ops->upload(storage_.data(), host.data(), backbone.table.totalSize());
+    } else {
+        for (int i = 0; i < backbone.table.count(); ++i) writeParam(i, host.data() + backbone.table[i].offset);
+    }
+}
+
+ModelImpl::~ModelImpl() { dropGraphs(); }
+
+float* ModelImpl::temp(int64_t n) {
+    temp_.ensure(*ops, n);
+    return temp_.data();
+}
+
+WeightView ModelImpl::weights() {
+    WeightView w{&backbone.table, &layout_, reinterpret_cast<const char*>(storage_.data()), derived_.data()};
+    if (derived_stale_) {
+        backbone.arch->derive(*ops, w, derived_.data());
+        derived_stale_ = false;
+    }
+    return w;
+}
+
+void ModelImpl::readParam(int index, float* host) {
+    const ParamInfo& p = backbone.table[index];
+    char* at = reinterpret_cast<char*>(storage_.data()) + layout_.byte_offset[index];
+    if (!layout_.lowp(p)) {
+        ops->download(host, reinterpret_cast<float*>(at), p.size);
+        return;
+    }
+    float* t = temp(p.size);
+    ops->fromLowPrecision(at, dtype, t, p.size);
+    ops->download(host, t, p.size);
+    temp_ = Buffer();  // no f32 copy outlives the call: a BF16 model holds ~2 bytes per parameter
+}
+
+void ModelImpl::writeParam(int index, const float* host) {
+    const ParamInfo& p = backbone.table[index];
+    char* at = reinterpret_cast<char*>(storage_.data()) + layout_.byte_offset[index];
+    if (layout_.lowp(p)) {
+        float* t = temp(p.size);
+        ops->upload(t, host, p.size);
+        ops->toLowPrecision(t, at, p.size, dtype);
+        temp_ = Buffer();
+    } else {
+        ops->upload(reinterpret_cast<float*>(at), host, p.size);
+    }
+    if (masters) ops->upload(masters + p.offset, host, p.size);
+    derived_stale_ = true;
+}
+
+void ModelImpl::storeFrom(const float* f32) {
+    if (storesF32()) {
+        if (f32 != storage_.data()) ops->copy(storage_.data(), f32, backbone.table.totalSize());
+    } else {
+        char* base = reinterpret_cast<char*>(storage_.data());
+        for (int i = 0; i < backbone.table.count(); ++i) {
+            const ParamInfo& p = backbone.table[i];
+            char* at = base + layout_.byte_offset[i];
+            if (layout_.lowp(p))
+                ops->toLowPrecision(f32 + p.offset, at, p.size, dtype);
+            else
+                ops->copy(reinterpret_cast<float*>(at), f32 + p.offset, p.size);
+        }
+    }
+    derived_stale_ = true;
+}
+
+void ModelImpl::setGraphs(bool on) {
+    if (!on) dropGraphs();
+    graphs_ = on && ops->capabilities().graphs;
+}
+
+void ModelImpl::dropGraphs() noexcept {
+    for (auto& g : step_graphs_) ops->destroyGraph(g.second);
+    step_graphs_.clear();
+}
+
+void ModelImpl::checkState(const StateImpl& s) const {
+    require(s.device == device, "the state lives on another device than the model");
+    require(s.arch == backbone.arch->code() && s.n_layers == backbone.dims.n_layers &&
+                s.layer_state == backbone.dims.layer_state,
+            "the state was made for a model of another shape");
+}
+
+void ModelImpl::launch(float* state, Input staged, int B, int T, float* out, bool allPositions) {
+    ForwardIO io;
+    io.x = staged.x;
+    io.ids = staged.ids;
+    io.B = B;
+    io.T = T;
+    io.out = out;
+    io.allPositions = allPositions;
+    io.state = state;
+    runner_.forward(*ops, weights(), io, GemmMode::Fast);
+}
+
+bool ModelImpl::reserve(int B, int T, int64_t inN, int64_t outN) {
+    bool moved = runner_.reserve(*ops, B, T, false);
+    moved |= x_stage_.ensure(*ops, inN);
+    moved |= y_stage_.ensure(*ops, outN);
+    if (moved) dropGraphs();  // a captured step would read the old buffers
+    return moved;
+}
+
+// A decode step replayed from a captured graph: staging and workspace pointers are fixed at capture, so
+// anything that moves them drops the graphs first. Host copies stay outside the graph, so a replay runs
+// exactly the eager kernels (bit-identical results).
+void ModelImpl::runGraphStep(StateImpl& s, Input in, float* out) {
+    const int B = s.batch;
+    const BackboneDims& d = backbone.dims;
+    const int64_t inN = in.ids ? B : static_cast<int64_t>(B) * d.in_width;
+    const int64_t outN = static_cast<int64_t>(B) * (in.ids ? d.vocab : d.d_model);
+    reserve(B, 1, inN, outN);
+    weights();  // derived weights are refreshed eagerly, outside the graph
+    ops->upload(x_stage_.data(), in.ids ? reinterpret_cast<const float*>(in.ids) : in.x, inN);
+    const Input staged = in.ids ? Input{nullptr, reinterpret_cast<const int32_t*>(x_stage_.data())}
+                                : Input{x_stage_.data(), nullptr};
+    // Tokens and features capture different launches: the key tells them apart by the batch's sign.
+    const auto key = std::make_pair(static_cast<const float*>(s.data.data()), in.ids ? -B : B);
+    auto it = step_graphs_.find(key);
+    if (it == step_graphs_.end()) {
+        ops->beginCapture();
+        try {
+            launch(s.data.data(), staged, B, 1, y_stage_.data(), false);
+        } catch (...) {
+            ops->destroyGraph(ops->endCapture());
+            throw;
+        }
+        it = step_graphs_.emplace(key, ops->endCapture()).first;
+    }
+    ops->replay(it->second);
+    ops->download(out, y_stage_.data(), outN);
+}
+
+void ModelImpl::run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions) {
+    const BackboneDims& d = backbone.dims;
+    float* st;
+    if (state) {
+        st = state->data.data();
+    } else {
+        scratch_state_.ensure(*ops, d.row_state * B);
+        ops->zero(scratch_state_.data(), d.row_state * B);
+        st = scratch_state_.data();
+    }
+    if (ops->capabilities().host) {
+        launch(st, in, B, T, out, allPositions);
+        return;
+    }
+    if (graphs_ && state && T == 1 && !allPositions) {
+        runGraphStep(*state, in, out);
+        return;
+    }
+    const int64_t inN = static_cast<int64_t>(B) * T * (in.ids ? 1 : d.in_width);
+    const int64_t outN = static_cast<int64_t>(B) * (allPositions ? T : 1) * (in.ids ? d.vocab : d.d_model);
+    reserve(B, T, inN, outN);
+    ops->upload(x_stage_.data(), in.ids ? reinterpret_cast<const float*>(in.ids) : in.x, inN);
+    const Input staged = in.ids ? Input{nullptr, reinterpret_cast<const int32_t*>(x_stage_.data())}
+                                : Input{x_stage_.data(), nullptr};
+    launch(st, staged, B, T, y_stage_.data(), allPositions);
+    ops->download(out, y_stage_.data(), outN);
+}
+
+}  // namespace mamba

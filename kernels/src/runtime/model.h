@@ -1,0 +1,83 @@
+// The model runtime behind mamba::Model and mamba::State: a backbone's weights on one backend context,
+// host staging, cached derived weights and CUDA graphs of decode steps. Argument checks happen before
+// (src/api); everything here trusts its inputs.
+#pragma once
+
+#include "arch/backbone.h"
+#include "core/buffer.h"
+
+#include <map>
+#include <memory>
+#include <utility>
+
+namespace mamba {
+
+class StateImpl {
+public:
+    StateImpl(std::shared_ptr<Ops> ops, int device, const BackboneDims& dims, int arch, int batch)
+        : ops(std::move(ops)), device(device), arch(arch), n_layers(dims.n_layers), layer_state(dims.layer_state),
+          row_state(dims.row_state), batch(batch), data(*this->ops, dims.row_state * batch) {}
+    const std::shared_ptr<Ops> ops;  // declared first: outlives data
+    const int device, arch, n_layers;
+    const int64_t layer_state, row_state;
+    const int batch;
+    Buffer data;  // [batch, row_state]
+};
+
+class ModelImpl {
+public:
+    ModelImpl(const ModelConfig& config, int device, int dtype, int64_t seed);
+    ~ModelImpl();
+
+    /** Input of a run: float features, or token ids (language models). */
+    struct Input {
+        const float* x;
+        const int32_t* ids;
+    };
+
+    /** Runs on host input/output, staging through device memory where needed; state null = zeros, kept nowhere. */
+    void run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions);
+    /** Launches on input already in backend memory (no staging, no synchronisation). */
+    void launch(float* state, Input staged, int B, int T, float* out, bool allPositions);
+
+    /** The weights as the architecture reads them; refreshes the derived weights after any change. */
+    WeightView weights();
+    void readParam(int index, float* host);
+    void writeParam(int index, const float* host);
+    /** Overwrites every tensor's storage from f32 weights in the ParamTable layout (a trainer's masters). */
+    void storeFrom(const float* f32);
+    /** Marks derived weights (and graphs' inputs) stale after the storage changed in place. */
+    void weightsChanged() { derived_stale_ = true; }
+
+    void checkState(const StateImpl& s) const;
+    void setGraphs(bool on);
+    bool graphs() const { return graphs_; }
+    /** Whether the storage is f32 in the ParamTable layout (so a trainer can update it in place). */
+    bool storesF32() const { return !(dtype == DTYPE_BF16 || dtype == DTYPE_F16); }
+    float* storageF32() { return storage_.data(); }
+    int64_t storageBytes() const { return layout_.bytes; }
+
+    const Backbone backbone;
+    const int device, dtype;
+    const std::shared_ptr<Ops> ops;
+    /** A trainer's f32 masters while one is attached to a low-precision model (writeParam keeps them in sync). */
+    float* masters = nullptr;
+
+private:
+    void runGraphStep(StateImpl& state, Input in, float* out);
+    bool reserve(int B, int T, int64_t inN, int64_t outN);
+    void dropGraphs() noexcept;
+    /** A temporary f32 buffer of at least n floats (conversions of one tensor). */
+    float* temp(int64_t n);
+
+    StorageLayout layout_;
+    Buffer storage_;   // every tensor in its storage type (see StorageLayout)
+    Buffer derived_;   // the architecture's derived weights
+    bool derived_stale_ = true;
+    BackboneRunner runner_;
+    Buffer scratch_state_, x_stage_, y_stage_, temp_;
+    bool graphs_ = false;
+    std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, ±batch) -> captured step
+};
+
+}  // namespace mamba

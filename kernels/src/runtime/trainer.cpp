@@ -1,0 +1,189 @@
+#include "trainer.h"
+
+#include "core/errors.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mamba {
+
+TrainerRuntime::TrainerRuntime(ModelImpl& m, int batch, int seqLen)
+    : model(m), ops(*m.ops), B(batch), T(seqLen), R(static_cast<int64_t>(batch) * seqLen),
+      replica(m, *m.ops, batch, seqLen) {
+    for (const ParamInfo& p : m.backbone.table.params()) decay.push_back(!p.no_decay);
+    if (!m.storesF32()) m.masters = replica.masters;
+}
+
+TrainerRuntime::~TrainerRuntime() {
+    if (model.masters == replica.masters) model.masters = nullptr;
+}
+
+Slot TrainerRuntime::slot(int index) const {
+    const ParamTable& t = model.backbone.table;
+    const int P = t.count();
+    if (index < 0 || index >= paramCount())
+        throw std::out_of_range("trainable tensor index " + std::to_string(index) + " is out of range [0, " +
+                                std::to_string(paramCount()) + ")");
+    const TrainerReplica& r = replica;
+    if (index < P) {
+        const ParamInfo& p = t[index];
+        return Slot{p.name, r.masters + p.offset, r.grads.data() + p.offset, r.adam_m.data() + p.offset,
+                    r.adam_v.data() + p.offset, p.size};
+    }
+    const LinearHead& h = *head;
+    const int64_t off = index == P ? 0 : h.bias_offset;
+    const int64_t n = index == P ? h.weightSize() : h.vocab;
+    return Slot{index == P ? "lm_head.weight" : "lm_head.bias", h.w.data() + off, h.g.data() + off, h.m.data() + off,
+                h.v.data() + off, n};
+}
+
+void TrainerRuntime::addHead(int vocab, int64_t seed) {
+    head = std::make_unique<LinearHead>(ops, vocab, model.backbone.dims.d_model, R, seed);
+    decay.push_back(true);   // lm_head.weight
+    decay.push_back(false);  // lm_head.bias
+}
+
+void TrainerRuntime::writeParam(int index, const float* host) {
+    const int P = model.backbone.table.count();
+    if (index < P) {
+        model.writeParam(index, host);  // also writes the attached masters (or the f32 storage they are)
+        return;
+    }
+    const Slot s = slot(index);
+    ops.upload(s.p, host, s.n);
+}
+
+void TrainerRuntime::forward() {
+    TrainerReplica& r = replica;
+    const int64_t n = model.backbone.dims.row_state * B;
+    if (start_pending)
+        ops.copy(r.tape_start.data(), r.start_state.data(), n);
+    else
+        ops.zero(r.tape_start.data(), n);
+    start_pending = false;
+    have_tape = false;
+    ops.copy(r.work_state.data(), r.tape_start.data(), n);
+    ForwardIO io;
+    io.x = r.x_stage.data();
+    io.B = B;
+    io.T = T;
+    io.out = r.y_stage.data();
+    io.allPositions = true;
+    io.state = r.work_state.data();
+    r.runner.forwardTape(ops, model.weights(), io, r.tape_start.data());
+    have_tape = true;
+    have_end = true;
+}
+
+void TrainerRuntime::backward() {
+    require(have_tape, "backward needs a forward first (each forward allows one backward)");
+    have_tape = false;
+    TrainerReplica& r = replica;
+    const WeightView w = model.weights();
+    r.runner.backward(ops, w, r.masterView(w.derived), r.dy_stage.data(), r.grads.data(), r.dx_stage.data());
+    have_dx = true;
+}
+
+void TrainerRuntime::zeroGrad() {
+    ops.zero(replica.grads.data(), replica.grads.size());
+    if (head) ops.zero(head->g.data(), head->g.size());
+}
+
+StepStats TrainerRuntime::pending() const {
+    StepStats st;
+    st.step = steps;
+    st.learning_rate = opt.lr;
+    return st;
+}
+
+StepStats TrainerRuntime::optimizerStep() {
+    StepStats st = pending();
+    // The global norm over every trainable tensor (the flat buffers' alignment padding stays zero).
+    double ss = ops.sumOfSquares(replica.grads.data(), replica.grads.size());
+    if (head) ss += ops.sumOfSquares(head->g.data(), head->g.size());
+    const double norm = std::sqrt(ss);
+    st.grad_norm = static_cast<float>(norm);
+    if (!std::isfinite(norm)) {  // a diverged step: skip it rather than poison the weights
+        zeroGrad();
+        return st;
+    }
+    ++steps;
+    AdamWArgs a{};
+    a.lr = opt.lr;
+    a.beta1 = opt.beta1;
+    a.beta2 = opt.beta2;
+    a.eps = opt.eps;
+    a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta1), static_cast<double>(steps)));
+    a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta2), static_cast<double>(steps)));
+    a.grad_scale = clip > 0.f && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.f;
+    for (int i = 0; i < paramCount(); ++i) {
+        const Slot s = slot(i);
+        a.weight_decay = decay[i] ? opt.weight_decay : 0.f;
+        ops.adamw(s.p, s.g, s.m, s.v, s.n, a);
+    }
+    model.storeFrom(replica.masters);  // low-precision storage follows the masters; f32 storage is them
+    zeroGrad();
+    st.step = steps;
+    st.applied = true;
+    return st;
+}
+
+void TrainerRuntime::burnIn(const float* x, int nSteps) {
+    // The taped forward in chunks of at most seqLen steps (the tape's size), carrying the state; it keeps the
+    // reproducible products, and the tape it leaves is discarded.
+    TrainerReplica& r = replica;
+    const BackboneDims& d = model.backbone.dims;
+    const int w = d.in_width;
+    have_tape = false;
+    ops.zero(r.start_state.data(), d.row_state * B);
+    std::vector<float> chunk;
+    for (int s0 = 0; s0 < nSteps; s0 += T) {
+        const int n = std::min(T, nSteps - s0);
+        chunk.resize(static_cast<size_t>(B) * n * w);
+        for (int b = 0; b < B; ++b)
+            std::copy(x + (static_cast<int64_t>(b) * nSteps + s0) * w, x + (static_cast<int64_t>(b) * nSteps + s0 + n) * w,
+                      chunk.begin() + static_cast<int64_t>(b) * n * w);
+        ops.upload(r.x_stage.data(), chunk.data(), static_cast<int64_t>(chunk.size()));
+        ops.copy(r.work_state.data(), r.start_state.data(), d.row_state * B);
+        ForwardIO io;
+        io.x = r.x_stage.data();
+        io.B = B;
+        io.T = n;
+        io.out = r.y_stage.data();
+        io.allPositions = true;
+        io.state = r.work_state.data();
+        r.runner.forwardTape(ops, model.weights(), io, r.start_state.data());
+        ops.copy(r.start_state.data(), r.work_state.data(), d.row_state * B);
+    }
+    have_end = false;
+    start_pending = true;
+}
+
+void TrainerRuntime::setStartState(const StateImpl& s) {
+    ops.copy(replica.start_state.data(), s.data.data(), model.backbone.dims.row_state * B);
+    start_pending = true;
+}
+
+void TrainerRuntime::readEndState(StateImpl& s) const {
+    require(have_end, "no forward has run yet");
+    ops.copy(s.data.data(), replica.work_state.data(), model.backbone.dims.row_state * B);
+}
+
+double TrainerRuntime::mse(float scale) {
+    const int64_t n = R * model.backbone.dims.d_model;
+    // L = mean((y − target)²) over every element; dy = scale · 2(y − target) / n.
+    const double sse = ops.mse(replica.y_stage.data(), replica.target_stage.data(), n, scale / static_cast<float>(n),
+                               replica.dy_stage.data());
+    return sse / static_cast<double>(n);
+}
+
+int64_t TrainerRuntime::stageTargets(const int32_t* t, int ignoreIndex) const {
+    int64_t counted = 0;
+    for (int64_t r = 0; r < R; ++r)
+        if (t[r] != ignoreIndex) ++counted;
+    static_assert(sizeof(int32_t) == sizeof(float), "targets travel through a float buffer");
+    ops.upload(head->targets.data(), reinterpret_cast<const float*>(t), R);  // a 4-byte copy, read back as int32
+    return counted;
+}
+
+}  // namespace mamba

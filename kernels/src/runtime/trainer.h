@@ -1,0 +1,71 @@
+// The trainer runtime behind mamba::Trainer: the training step (taped forward, backward, loss heads),
+// gradient accumulation, global-norm clipping and AdamW over a model's weights, updated in place. The C
+// API (api/trainer_api.cpp) checks arguments and stages host data; nothing here re-checks them.
+#pragma once
+
+#include "linear_head.h"
+#include "replica.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mamba {
+
+/** One trainable tensor in one replica: values, gradient and moments (backend memory). */
+struct Slot {
+    std::string name;
+    float* p;
+    float* g;
+    float* m;
+    float* v;
+    int64_t n;
+};
+
+class TrainerRuntime {
+public:
+    TrainerRuntime(ModelImpl& model, int batch, int seqLen);
+    ~TrainerRuntime();
+
+    int paramCount() const { return model.backbone.table.count() + (head ? 2 : 0); }
+    /** Tensor `index` (the model's, then lm_head.weight and lm_head.bias); std::out_of_range otherwise. */
+    Slot slot(int index) const;
+    void addHead(int vocab, int64_t seed);
+
+    /** The taped forward of the staged input into y_stage. */
+    void forward();
+    /** Backward of the tape with dy_stage (already scaled) as the output gradient. */
+    void backward();
+    void zeroGrad();
+    /** Clip + AdamW with the accumulated gradients (a non-finite norm skips the step), then clears them. */
+    StepStats optimizerStep();
+    StepStats finish(bool apply) { return apply ? optimizerStep() : pending(); }
+    /** Stats of a call that did not step. */
+    StepStats pending() const;
+    /** Writes tensor `index` (host f32): masters and the model's storage. */
+    void writeParam(int index, const float* host);
+
+    /** Runs x [B, steps, in_width] (host) from zeros with no tape; the next forward starts from the result. */
+    void burnIn(const float* x, int steps);
+    void setStartState(const StateImpl& s);
+    void readEndState(StateImpl& s) const;
+
+    /** Mean squared error of y_stage against the staged target: dy_stage = scale·2(y − t)/n; returns the mean loss. */
+    double mse(float scale);
+    /** Stages targets [B, T] (already checked) and returns how many are not ignored. */
+    int64_t stageTargets(const int32_t* targets, int ignoreIndex) const;
+
+    ModelImpl& model;
+    Ops& ops;
+    const int B, T;
+    const int64_t R;
+    TrainerReplica replica;
+    std::unique_ptr<LinearHead> head;
+    std::vector<bool> decay;  // per trainable tensor
+    AdamWConfig opt;
+    float clip = 0.f;
+    int64_t steps = 0;
+    bool start_pending = false, have_tape = false, have_dx = false, have_end = false;
+};
+
+}  // namespace mamba
