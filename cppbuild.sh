@@ -48,7 +48,8 @@ fi
 mkdir -p "$PREFIX/lib" "$PREFIX/include" "$PREFIX/linkonly"
 # A private object folder and an atomic rename of the library: two builds at once cannot clobber each other.
 OBJ=$(mktemp -d "$PREFIX/obj.XXXXXX"); trap 'rm -rf "$OBJ"' EXIT
-CPP_SOURCES=$(find "$SRC/src/common" "$SRC/src/cpu" -name '*.cpp' | sort)
+CPP_SOURCES=$(find "$SRC/src/core" "$SRC/src/ops" "$SRC/src/arch" "$SRC/src/runtime" "$SRC/src/api" "$SRC/src/cpu" \
+  -name '*.cpp' | sort)
 if [ -n "$NVCC" ]; then
   CPP_SOURCES=$(echo "$CPP_SOURCES" | grep -v '/no_cuda.cpp$')
   CU_SOURCES=$(find "$SRC/src/cuda" -name '*.cu' -o -name '*.cpp' | sort)

@@ -50,6 +50,7 @@ public final class GpuDecodeBench {
     private final Random rng = new Random(42);
     private final List<String> batchRows = new ArrayList<>();
     private final List<String> prefillRows = new ArrayList<>();
+    private final List<String> memoryRows = new ArrayList<>();
 
     private GpuDecodeBench(boolean quick) {
         this.quick = quick;
@@ -156,9 +157,11 @@ public final class GpuDecodeBench {
         for (Shape shape : SHAPES) {
             for (DType dt : new DType[] {DType.F32, DType.BF16}) {
                 long t0 = System.nanoTime();
+                long freeBefore = Device.cuda(0).freeMemory();
                 try (MambaModel m = MambaModel.builder(config(shape)).vocabSize(VOCAB).device(Device.cuda(0)).dtype(dt)
                         .seed(7).build()) {
                     System.err.printf("built %s %s in %.1f s%n", shape.name, dt, (System.nanoTime() - t0) / 1e9);
+                    long built = freeBefore - Device.cuda(0).freeMemory();
                     double bytes = backboneBytes(m, dt);
                     double lmBytes = bytes + (double) VOCAB * shape.dModel * (dt == DType.F32 ? 4 : 2);
                     int n = quick ? 30 : (shape.dModel >= 2048 ? 100 : 300);
@@ -187,6 +190,9 @@ public final class GpuDecodeBench {
                         }
                     }
                     if (shape.name.equals("370m")) prefill(m, shape, dt);
+                    long used = freeBefore - Device.cuda(0).freeMemory();
+                    memoryRows.add(String.format("| %s | %s | %,d | %.2f | %.2f |", shape.name, dt, m.parameterCount(),
+                            (double) built / m.parameterCount(), (double) used / m.parameterCount()));
                 }
             }
         }
@@ -196,6 +202,13 @@ public final class GpuDecodeBench {
         print("| model | dtype | B | backbone step us | backbone tok/s | of weight floor | LM step us | LM tok/s |");
         print("|---|---|---:|---:|---:|---:|---:|---:|");
         batchRows.forEach(this::print);
+        print("");
+        print("## Device memory per parameter (free-memory difference: after build; after the runs above, graphs and"
+                + " workspaces included, states closed)");
+        print("");
+        print("| model | dtype | parameters | bytes/param built | bytes/param after use |");
+        print("|---|---|---:|---:|---:|");
+        memoryRows.forEach(this::print);
         print("");
         print("## Prefill, 370m shape, B = 1 (prefillTokens: ids in, last position's logits out)");
         print("");
