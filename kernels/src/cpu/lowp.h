@@ -52,7 +52,7 @@ inline uint16_t f32ToF16(float f) {
 inline float f16ToF32(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return f32FromBits(sign | 0x7f800000u | (m << 13));  // inf / NaN (payload kept)
+    if (e == 0x1fu) return f32FromBits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));  // inf / quiet NaN
     if (e == 0) {
         const float v = static_cast<float>(m) * 0x1p-24f;  // subnormal (or zero): exact in f32
         return sign ? -v : v;
