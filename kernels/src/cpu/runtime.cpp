@@ -1,19 +1,25 @@
 // Process-wide CPU settings and build information.
-#include "../common/devices.h"
-#include "../common/errors.h"
+#include "blas_threads.h"
+#include "core/backends.h"
+#include "core/errors.h"
+#include "mamba/mamba.h"
 #include "thread_pool.h"
 
 #include <cblas.h>
+
+#include <string>
 
 namespace mamba {
 
 void setCpuThreads(int threads) {
     require(threads >= 1 && threads <= 1024, "threads = " + std::to_string(threads) + " must be in [1, 1024]");
+    // Both are safe while other threads run ops: a running op finishes on the pool it started with, and
+    // the OpenBLAS count is only applied inside the next threaded product (blas_threads.h).
     cpu::resizePool(threads);
-    openblas_set_num_threads(threads);
+    cpu::setBlasThreads(threads);
 }
 
-int cpuThreads() { return cpu::pool().threads(); }
+int cpuThreads() { return cpu::cpuPoolThreads(); }
 
 std::string blasCoreName() { return openblas_get_corename(); }
 

@@ -1,45 +1,48 @@
-// A small fixed-size worker pool with static partitioning. Static chunks (not work stealing) keep
-// which thread computes which element fixed, so reductions done per chunk are reproducible.
+// The CPU backend's worker pool: static partitioning (not work stealing), so which chunk computes which
+// element is a function of the call only. Every op splits its work into tasks whose results do not depend
+// on how tasks are grouped into chunks, so an op gives the same bits on 1 thread, on N threads, and when
+// it runs inline because the pool is busy (see the locking notes in thread_pool.cpp).
+//
+// Safe for any number of concurrent callers: one job owns the process-wide pool at a time; a caller that
+// finds it busy, or that is itself running inside a job (nesting), runs its whole range inline.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <functional>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <type_traits>
 
 namespace mamba::cpu {
 
-class ThreadPool {
+/** A borrowed callable fn(begin, end) (no allocation, no ownership: the callable outlives the call). */
+class RangeFn {
 public:
-    explicit ThreadPool(int threads);
-    ~ThreadPool();
-
-    int threads() const { return static_cast<int>(workers_.size()) + 1; }
-
-    /**
-     * Calls fn(begin, end) over [0, n) split into at most threads() contiguous chunks; runs inline
-     * when n < 2 * minPerChunk or there is one thread. Returns when every chunk is done.
-     */
-    void parallelFor(int64_t n, int64_t minPerChunk, const std::function<void(int64_t, int64_t)>& fn);
+    template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+    RangeFn(const F& f)  // NOLINT: implicit on purpose, parallelFor takes lambdas
+        : ctx_(&f), call_([](const void* c, int64_t b, int64_t e) { (*static_cast<const F*>(c))(b, e); }) {}
+    void operator()(int64_t begin, int64_t end) const { call_(ctx_, begin, end); }
 
 private:
-    void workerLoop(int index);
-
-    std::vector<std::thread> workers_;
-    std::mutex mutex_;
-    std::condition_variable wake_, done_;
-    const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-    int64_t n_ = 0;
-    int chunks_ = 0;
-    int pending_ = 0;
-    uint64_t generation_ = 0;
-    bool stop_ = false;
+    const void* ctx_;
+    void (*call_)(const void*, int64_t, int64_t);
 };
 
-/** The process-wide pool used by the CPU backend; resized by setCpuThreads. */
-ThreadPool& pool();
+/**
+ * Calls fn(begin, end) over [0, n) split into at most cpuPoolThreads() contiguous chunks of at least
+ * minPerChunk items; runs fn(0, n) on the calling thread when the work is small, when the pool is busy
+ * with another caller's job, or when called from inside a job. Returns when every chunk is done; an
+ * exception thrown by a chunk is rethrown here (after all chunks finished).
+ */
+void parallelFor(int64_t n, int64_t minPerChunk, RangeFn fn);
+
+/** The pool's configured thread count (the calling thread included). */
+int cpuPoolThreads();
+
+/** Replaces the pool with one of `threads` threads; callers inside the old pool finish on it first. */
 void resizePool(int threads);
+
+/** True on a pool worker thread, and on a caller thread while it runs a job's chunk or an inline range. */
+bool insidePoolJob();
+
+/** True on a pool worker thread only (what it runs was dispatched by another thread's parallelFor). */
+bool onPoolWorker();
 
 }  // namespace mamba::cpu

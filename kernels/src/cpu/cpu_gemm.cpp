@@ -1,0 +1,202 @@
+// The CPU's one GEMM dispatch point: every product of every architecture arrives here as a Gemm.
+//
+//   Forward + Fast          OpenBLAS sgemv (one row) / sgemm over all rows; single-threaded OpenBLAS below
+//                           kSingleThreadMacs multiply-adds (waking its threads costs more than the product:
+//                           41 → 34 µs for the default decode step), threaded above (both memory channels).
+//   Forward + Reproducible  fixed tiles of C, each one single-threaded sgemm, spread over our pool:
+//                           results depend on the operands only, never on thread counts.
+//   BackwardData            dx = beta·dx + dy·W, tiled as above (always reproducible).
+//   WeightGrad              dw += dyᵀ·x over all rows in one product per tile; dbias += column sums of dy,
+//                           rows in order (always reproducible).
+//
+// Every OpenBLAS call of the backend is in this file, under the locks described in blas_threads.h.
+#include "cpu_backend.h"
+
+#include "blas_threads.h"
+#include "core/errors.h"
+#include "thread_pool.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+namespace mamba::cpu {
+namespace {
+
+constexpr int64_t kSingleThreadMacs = int64_t{1} << 20;
+
+// Tiles of C for the reproducible products: about 8 row tiles of 32..256 rows (a multiple of 16) by
+// 256-column tiles. A function of the shape only, never of the thread count.
+constexpr int64_t kTileN = 256;
+inline int64_t tileRows(int64_t M) { return std::min<int64_t>(256, std::max<int64_t>(32, (M / 8 + 15) / 16 * 16)); }
+
+/**
+ * C[M, N] = beta·C + op(A)·op(B) (row-major; op(A) is [M, K], op(B) is [K, N]) as independent tiles of C,
+ * each with the whole K range in one single-threaded sgemm. The caller holds BlasRead (the tiles run on
+ * pool workers, which it covers).
+ */
+void gemmTiled(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    const int64_t TM = tileRows(M);
+    const int64_t tm = (M + TM - 1) / TM, tn = (N + kTileN - 1) / kTileN;
+    const int64_t perTile = std::min(M, TM) * std::min(N, kTileN) * std::max<int64_t>(K, 1);
+    parallelFor(tm * tn, perTile >= (1 << 16) ? 1 : std::max<int64_t>(1, (1 << 16) / perTile),
+                [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t i0 = t / tn * TM, j0 = t % tn * kTileN;
+            const int64_t m = std::min(TM, M - i0), n = std::min(kTileN, N - j0);
+            const float* a = transA ? A + i0 : A + i0 * lda;  // op(A) rows i0..: columns of A when transposed
+            const float* b = transB ? B + j0 * ldb : B + j0;
+            float* c = C + i0 * ldc + j0;
+            if (K == 0) {  // sgemm with K = 0 only scales C
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.f ? 0.f : beta * c[i * ldc + j];
+                continue;
+            }
+            cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
+                        static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), 1.f, a, static_cast<int>(lda), b,
+                        static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+        }
+    });
+}
+
+/** acc[j] += Σ_r x[r, j] for j < cols, rows in order; parallel over column blocks. */
+void columnSums(const float* x, int64_t ldx, int64_t rows, int cols, float* acc) {
+    const int blocks = (cols + kChannelBlock - 1) / kChannelBlock;
+    parallelFor(blocks, rows * cols > kMinParallelWork ? 1 : 1 << 30, [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+            const int j0 = static_cast<int>(blk) * kChannelBlock, nj = std::min(kChannelBlock, cols - j0);
+            float s[kChannelBlock] = {};
+            for (int64_t r = 0; r < rows; ++r) {
+                const float* xr = x + r * ldx + j0;
+#pragma omp simd
+                for (int j = 0; j < nj; ++j) s[j] += xr[j];
+            }
+            for (int j = 0; j < nj; ++j) acc[j0 + j] += s[j];
+        }
+    });
+}
+
+/**
+ * y[r] = beta·y[r] + bias for r < rows, before a product accumulates into y (y is not read when beta == 0;
+ * a null bias adds nothing). The one place a bias is applied.
+ */
+void applyBias(float* y, int64_t ldy, int64_t rows, int out, const float* bias, float beta) {
+    parallelFor(rows, kMinParallelWork / std::max(1, out), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            float* yr = y + r * ldy;
+            if (bias == nullptr) {
+                for (int o = 0; o < out; ++o) yr[o] = beta == 0.f ? 0.f : beta * yr[o];
+            } else if (beta == 0.f) {
+                std::copy(bias, bias + out, yr);
+            } else {
+                for (int o = 0; o < out; ++o) yr[o] = beta * yr[o] + bias[o];
+            }
+        }
+    });
+}
+
+[[noreturn]] void bad(const Gemm& g, const std::string& what) {
+    static const char* kinds[] = {"Forward", "BackwardData", "WeightGrad", "?"};
+    const int kind = std::min(3u, static_cast<unsigned>(g.kind));
+    fail(std::string("gemm (") + kinds[kind] + ", " + std::to_string(g.w.out) + "x" +
+         std::to_string(g.w.in) + ", rows " + std::to_string(g.rows) + "): " + what);
+}
+
+void check(const Gemm& g, bool ok, const std::string& what) {
+    if (!ok) bad(g, what);
+}
+
+/** Shapes and strides (OpenBLAS takes int). */
+void validate(const Gemm& g) {
+    const int kind = static_cast<int>(g.kind);
+    check(g, kind >= 0 && kind <= 2, "unknown GemmKind " + std::to_string(kind));
+    check(g, g.rows >= 0 && g.rows <= INT_MAX, "rows must be in [0, 2^31)");
+    check(g, g.w.out >= 0 && g.w.in >= 0, "negative weight shape");
+    if (g.kind != GemmKind::WeightGrad) {
+        check(g, g.w.dtype == DTYPE_F32,
+              "the CPU backend stores f32 weights only (dtype " + std::to_string(g.w.dtype) + ")");
+        check(g, g.w.f32 != nullptr || static_cast<int64_t>(g.w.out) * g.w.in == 0, "the weight has no f32 values");
+    }
+    const int64_t aw = g.kind == GemmKind::Forward ? g.w.in : g.w.out;  // width of a's rows
+    const int64_t cw = g.kind == GemmKind::BackwardData ? g.w.in : g.w.out;  // width of c's rows (Forward, BackwardData)
+    check(g, g.rows == 0 || g.a != nullptr, "a is null");
+    check(g, g.lda >= std::max<int64_t>(1, aw) && g.lda <= INT_MAX,
+          "lda = " + std::to_string(g.lda) + " must be in [" + std::to_string(std::max<int64_t>(1, aw)) + ", 2^31)");
+    if (g.kind == GemmKind::WeightGrad) {
+        check(g, g.rows == 0 || g.b != nullptr, "b (x) is null");
+        check(g, g.ldb >= std::max(1, g.w.in) && g.ldb <= INT_MAX, "ldb = " + std::to_string(g.ldb) + " is below in");
+        check(g, g.c != nullptr || static_cast<int64_t>(g.w.out) * g.w.in == 0, "dw is null");
+        check(g, g.ldc >= std::max(1, g.w.in) && g.ldc <= INT_MAX, "ldc = " + std::to_string(g.ldc) + " is below in");
+    } else {
+        check(g, g.rows == 0 || g.c != nullptr, "c is null");
+        check(g, g.ldc >= std::max<int64_t>(1, cw) && g.ldc <= INT_MAX,
+              "ldc = " + std::to_string(g.ldc) + " must be in [" + std::to_string(std::max<int64_t>(1, cw)) + ", 2^31)");
+    }
+}
+
+void forwardFast(const Gemm& g, float beta) {
+    const Matrix& w = g.w;
+    const auto call = [&] {
+        if (g.rows == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, w.out, w.in, 1.f, w.f32, w.in, g.a, 1, beta, g.c, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.rows), w.out, w.in, 1.f, g.a,
+                        static_cast<int>(g.lda), w.f32, w.in, beta, g.c, static_cast<int>(g.ldc));
+    };
+    const int threads = blasThreads();
+    if (threads > 1 && g.rows * w.out * static_cast<int64_t>(w.in) >= kSingleThreadMacs && blasThreadedAllowed()) {
+        BlasThreaded hold(threads);
+        call();
+    } else {
+        BlasRead hold;
+        call();
+    }
+}
+
+}  // namespace
+
+void CpuBackend::gemm(const Gemm& g) {
+    validate(g);
+    const Matrix& w = g.w;
+    if (g.rows == 0) return;
+    switch (g.kind) {
+        case GemmKind::Forward: {
+            if (w.out == 0) return;
+            float beta = g.beta;
+            if (g.bias || w.in == 0) {  // y = beta·y + bias once; the product then accumulates into it
+                applyBias(g.c, g.ldc, g.rows, w.out, g.bias, beta);
+                beta = 1.f;
+            }
+            if (w.in == 0) return;
+            if (g.mode == GemmMode::Fast) {
+                forwardFast(g, beta);
+            } else {
+                BlasRead hold;
+                // y[rows, out] = beta·y + x[rows, in] · W[out, in]ᵀ
+                gemmTiled(false, true, g.rows, w.out, w.in, g.a, g.lda, w.f32, w.in, beta, g.c, g.ldc);
+            }
+            return;
+        }
+        case GemmKind::BackwardData: {
+            BlasRead hold;
+            // dx[rows, in] = beta·dx + dy[rows, out] · W[out, in]   (out == 0: dx = beta·dx)
+            gemmTiled(false, false, g.rows, w.in, w.out, g.a, g.lda, w.f32, w.in, g.beta, g.c, g.ldc);
+            return;
+        }
+        case GemmKind::WeightGrad: {
+            {
+                BlasRead hold;
+                // dw[out, in] += dy[rows, out]ᵀ · x[rows, in]: every row in one product per tile.
+                gemmTiled(true, false, w.out, w.in, g.rows, g.a, g.lda, g.b, g.ldb, 1.f, g.c, g.ldc);
+            }
+            if (g.dbias) columnSums(g.a, g.lda, g.rows, w.out, g.dbias);
+            return;
+        }
+    }
+}
+
+}  // namespace mamba::cpu

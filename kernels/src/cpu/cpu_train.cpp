@@ -1,0 +1,265 @@
+// CPU training stages other than products (cpu_gemm.cpp) and the scan (cpu_scan.cpp): the rmsnorm and
+// conv backward, the optimiser step and the losses. Every reduction over rows, steps or blocks runs in a
+// fixed order (per-task partials combined afterwards in task order), so results do not depend on the
+// thread count.
+#include "cpu_backend.h"
+
+#include "core/errors.h"
+#include "fast_math.h"
+#include "thread_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace mamba::cpu {
+namespace {
+
+// Fixed chunk of elementwise reductions: partial sums per chunk, then summed in chunk order.
+constexpr int64_t kReduceChunk = 1 << 14;
+
+inline float dsilu(float x) {
+    const float s = sigmoid(x);
+    return s * (1.f + x * (1.f - s));
+}
+
+/** Deterministic Σ f(i0, i1) over [0, n): fixed chunks summed in double, chunk partials added in order. */
+template <class F>
+double chunkedSum(int64_t n, F f) {
+    if (n <= 0) return 0.0;
+    const int64_t chunks = (n + kReduceChunk - 1) / kReduceChunk;
+    std::vector<double> part(static_cast<size_t>(chunks), 0.0);
+    parallelFor(chunks, n > 4 * kReduceChunk ? 1 : 1 << 30, [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1; ++c) part[c] = f(c * kReduceChunk, std::min(n, (c + 1) * kReduceChunk));
+    });
+    double s = 0;
+    for (double v : part) s += v;
+    return s;
+}
+
+}  // namespace
+
+void CpuBackend::rmsnormBackward(const RmsNormBackwardArgs& a) {
+    const int d = a.d;
+    const int64_t rows = a.rows;
+    float* rstd = scratch(3, rows);
+    // Per row: ρ = 1/rms, x̂ = ρ·x, g = w ⊙ dy; dx = ρ·(g − x̂·mean(g ⊙ x̂)).
+    parallelFor(rows, kMinParallelWork / std::max(1, d), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* xr = a.x + r * a.ldx;
+            const float* gr = a.dy + r * a.lddy;
+            float* out = a.dx + r * a.lddx;
+            float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+            for (int j = 0; j < d; ++j) ss += xr[j] * xr[j];
+            const float rho = 1.f / std::sqrt(ss / static_cast<float>(d) + a.eps);
+            rstd[r] = rho;
+            float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+            for (int j = 0; j < d; ++j) dot += a.w[j] * gr[j] * xr[j];
+            const float c = dot * rho * rho / static_cast<float>(d);  // mean(g ⊙ x̂) / ρ … times x̂ = c·x·ρ
+            if (a.beta == 0.f) {
+#pragma omp simd
+                for (int j = 0; j < d; ++j) out[j] = rho * (a.w[j] * gr[j] - c * xr[j]);
+            } else {
+                const float beta = a.beta;
+#pragma omp simd
+                for (int j = 0; j < d; ++j) out[j] = beta * out[j] + rho * (a.w[j] * gr[j] - c * xr[j]);
+            }
+        }
+    });
+    // dw[j] += Σ_r dy[r, j]·x[r, j]·ρ_r, rows in order, parallel over column blocks.
+    const int blocks = (d + kChannelBlock - 1) / kChannelBlock;
+    parallelFor(blocks, rows * d > kMinParallelWork ? 1 : 1 << 30, [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+            const int j0 = static_cast<int>(blk) * kChannelBlock, nj = std::min(kChannelBlock, d - j0);
+            float s[kChannelBlock] = {};
+            for (int64_t r = 0; r < rows; ++r) {
+                const float* xr = a.x + r * a.ldx + j0;
+                const float* gr = a.dy + r * a.lddy + j0;
+                const float rho = rstd[r];
+#pragma omp simd
+                for (int j = 0; j < nj; ++j) s[j] += gr[j] * (xr[j] * rho);
+            }
+            for (int j = 0; j < nj; ++j) a.dw[j0 + j] += s[j];
+        }
+    });
+}
+
+void CpuBackend::convSiluBackward(const ConvBackwardArgs& c) {
+    require(c.width >= 1 && c.width <= 8,
+            "convSiluBackward: width = " + std::to_string(c.width) + " must be in [1, 8]");
+    const int K = c.width, H = K - 1, T = c.steps, C = c.channels;
+    const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
+    // Per-row partial weight gradients, summed over rows in row order afterwards.
+    float* pdw = scratch(0, static_cast<int64_t>(c.batch) * C * K);
+    float* pdb = scratch(1, static_cast<int64_t>(c.batch) * C);
+    const int64_t work = static_cast<int64_t>(c.batch) * T * C * K;
+    parallelFor(static_cast<int64_t>(c.batch) * blocks, work > kMinParallelWork ? 1 : 1 << 30,
+                [&](int64_t t0, int64_t t1) {
+        float* dcbuf = workerScratch(0, static_cast<int64_t>(T) * kChannelBlock);
+        for (int64_t task = t0; task < t1; ++task) {
+            const int b = static_cast<int>(task / blocks);
+            const int d0 = static_cast<int>(task % blocks) * kChannelBlock;
+            const int nd = std::min(kChannelBlock, C - d0);
+            const float* hist = c.history + b * c.history_stride;
+            const int64_t row0 = static_cast<int64_t>(b) * T;
+            float wt[8 * kChannelBlock];  // this block's taps transposed to [k][j] (width ≤ 8, checked above)
+            for (int j = 0; j < nd; ++j)
+                for (int k = 0; k < K; ++k) wt[k * kChannelBlock + j] = c.w[static_cast<int64_t>(d0 + j) * K + k];
+            float gw[8 * kChannelBlock] = {}, gb[kChannelBlock] = {};
+            const float* src[8];
+            int64_t stride[8];
+            // dc_t = du_t ⊙ SiLU'(conv_t), conv recomputed; weight gradients accumulate over t in order.
+            for (int t = 0; t < T; ++t) {
+                for (int k = 0; k < K; ++k) {  // input of tap k: x_{t-H+k}, or the starting history before 0
+                    const int ts = t - H + k;
+                    if (ts >= 0) {
+                        src[k] = c.x + (row0 + ts) * c.ldx + d0;
+                        stride[k] = 1;
+                    } else {
+                        src[k] = hist + static_cast<int64_t>(d0) * H + H + ts;
+                        stride[k] = H;
+                    }
+                }
+                float acc[kChannelBlock];
+#pragma omp simd
+                for (int j = 0; j < nd; ++j) acc[j] = c.bias[d0 + j];
+                for (int k = 0; k < K; ++k) {
+                    const float* sk = src[k];
+                    const int64_t st = stride[k];
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) acc[j] += wt[k * kChannelBlock + j] * sk[j * st];
+                }
+                const float* dur = c.du + (row0 + t) * c.ldu + d0;
+                float* dc = dcbuf + static_cast<int64_t>(t) * kChannelBlock;
+#pragma omp simd
+                for (int j = 0; j < nd; ++j) {
+                    dc[j] = dur[j] * dsilu(acc[j]);
+                    gb[j] += dc[j];
+                }
+                for (int k = 0; k < K; ++k) {
+                    const float* sk = src[k];
+                    const int64_t st = stride[k];
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) gw[k * kChannelBlock + j] += dc[j] * sk[j * st];
+                }
+            }
+            // dx_s = Σ_k w[k]·dc_{s+H-k} over taps whose output step lies inside [0, T).
+            for (int s = 0; s < T; ++s) {
+                float acc[kChannelBlock] = {};
+                for (int k = 0; k < K; ++k) {
+                    const int t = s + H - k;
+                    if (t >= T) continue;
+                    const float* dc = dcbuf + static_cast<int64_t>(t) * kChannelBlock;
+#pragma omp simd
+                    for (int j = 0; j < nd; ++j) acc[j] += wt[k * kChannelBlock + j] * dc[j];
+                }
+                std::copy(acc, acc + nd, c.dx + (row0 + s) * c.lddx + d0);
+            }
+            float* pw = pdw + (static_cast<int64_t>(b) * C + d0) * K;
+            for (int j = 0; j < nd; ++j)
+                for (int k = 0; k < K; ++k) pw[j * K + k] = gw[k * kChannelBlock + j];
+            std::copy(gb, gb + nd, pdb + static_cast<int64_t>(b) * C + d0);
+        }
+    });
+    parallelFor(C, kMinParallelWork / std::max(1, c.batch * K), [&](int64_t e0, int64_t e1) {
+        for (int64_t d = e0; d < e1; ++d) {
+            for (int b = 0; b < c.batch; ++b) {
+                const float* pw = pdw + (static_cast<int64_t>(b) * C + d) * K;
+                for (int k = 0; k < K; ++k) c.dw[d * K + k] += pw[k];
+                c.dbias[d] += pdb[static_cast<int64_t>(b) * C + d];
+            }
+        }
+    });
+}
+
+void CpuBackend::scale(float* x, int64_t n, float s) {
+    parallelFor(n, kMinParallelWork * 4, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) x[i] *= s;
+    });
+}
+
+double CpuBackend::sumOfSquares(const float* x, int64_t n) {
+    return chunkedSum(n, [&](int64_t i0, int64_t i1) {
+        double s = 0;
+        for (int64_t i = i0; i < i1; ++i) s += static_cast<double>(x[i]) * x[i];
+        return s;
+    });
+}
+
+void CpuBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
+    const float decay = 1.f - a.lr * a.weight_decay;
+    const float step = a.lr / a.bias_correction1;
+    const float inv_sqrt_bc2 = 1.f / std::sqrt(a.bias_correction2);
+    const float b1 = a.beta1, b2 = a.beta2, c1 = 1.f - a.beta1, c2 = 1.f - a.beta2;
+    const float gs = a.grad_scale, eps = a.eps;
+    parallelFor(n, kMinParallelWork * 4, [&](int64_t i0, int64_t i1) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; ++i) {
+            const float gi = g[i] * gs;
+            const float mi = b1 * m[i] + c1 * gi;
+            const float vi = b2 * v[i] + c2 * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            const float denom = std::sqrt(vi) * inv_sqrt_bc2 + eps;
+            p[i] = p[i] * decay - step * mi / denom;
+        }
+    });
+}
+
+double CpuBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
+    return chunkedSum(n, [&](int64_t i0, int64_t i1) {
+        double s = 0;
+        for (int64_t i = i0; i < i1; ++i) {
+            const float e = y[i] - target[i];
+            dy[i] = scale * 2.f * e;
+            s += static_cast<double>(e) * e;
+        }
+        return s;
+    });
+}
+
+void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
+    const int vocab = a.vocab;
+    require(vocab >= 1, "crossEntropy: vocab = " + std::to_string(vocab) + " must be >= 1");
+    // Out-of-range targets would read outside the row: reject them before touching any output.
+    for (int64_t r = 0; r < a.rows; ++r) {
+        const int t = a.targets[r];
+        if (t != a.ignore_index && (t < 0 || t >= vocab))
+            fail("crossEntropy: target " + std::to_string(t) + " at row " + std::to_string(r) + " is outside [0, " +
+                 std::to_string(vocab) + ") and is not ignore_index (" + std::to_string(a.ignore_index) + ")");
+    }
+    parallelFor(a.rows, kMinParallelWork / std::max(1, vocab), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const float* l = a.logits + r * vocab;
+            float* dl = a.dlogits ? a.dlogits + r * vocab : nullptr;
+            const int target = a.targets[r];
+            if (target == a.ignore_index) {
+                a.loss[r] = 0.f;
+                a.correct[r] = 0.f;
+                if (dl) std::fill(dl, dl + vocab, 0.f);
+                continue;
+            }
+            int best = 0;
+            for (int k = 1; k < vocab; ++k)
+                if (l[k] > l[best]) best = k;
+            const float mx = l[best];
+            float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+            for (int k = 0; k < vocab; ++k) sum += fastExp(l[k] - mx);
+            a.loss[r] = std::log(sum) + mx - l[target];
+            a.correct[r] = best == target ? 1.f : 0.f;
+            if (dl) {
+                const float inv = a.scale / sum;
+#pragma omp simd
+                for (int k = 0; k < vocab; ++k) dl[k] = fastExp(l[k] - mx) * inv;
+                dl[target] -= a.scale;
+            }
+        }
+    });
+}
+
+}  // namespace mamba::cpu

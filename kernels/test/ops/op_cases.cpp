@@ -1,0 +1,1147 @@
+// THE table of op cases: every op of ops.h × shapes × storage dtype × GemmMode. Each case draws fresh
+// random inputs from its own seed, uploads them, poisons every output with NaN, and compares what the
+// backend wrote with the double-precision reference (reference.h).
+//
+// Tolerances (stated per case, printed with every result):
+//   nmax = max|got − ref| / max|ref| over one output (the default);  rel = elementwise relative error;
+//   bits = number of values whose bit patterns differ (tol 0).
+// F32 numbers are set about 10× above what a correct f32 implementation shows on these shapes. Products
+// with 16-bit storage compare against the ROUNDED weights; the activations may also be rounded by the
+// backend (TF32/F16: 2⁻¹¹ relative, BF16: 2⁻⁹), which the per-dtype gemm tolerance allows for.
+#include "op_test.h"
+#include "reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+
+namespace optest {
+namespace {
+
+using ref::Vec;
+
+constexpr float kNormEps = 1e-5f;
+constexpr int kIgnore = -100;
+
+// ---- tolerances (nmax unless said otherwise) ----
+constexpr double kTolNorm = 1e-5;      // rmsnorm, rmsnormBackward
+constexpr double kTolConv = 1e-5;      // convSilu, convSiluBackward
+constexpr double kTolScan = 2e-5;      // selectiveScan (out, h, checkpoints)
+constexpr double kTolScanBwd = 5e-5;   // selectiveScanBackward (sums over steps and states of f32 terms)
+constexpr double kTolNegExp = 2e-6;    // rel
+constexpr double kTolLoss = 1e-5;      // crossEntropy loss / dlogits, mse dy
+constexpr double kTolSum = 1e-9;       // sumOfSquares, mse loss: rel, accumulated in double
+constexpr double kTolAdamW = 1e-6;     // p, m, v
+constexpr double kTolAdamWStep = 5e-5; // the update p_new − p_old, relative to its largest value
+
+double gemmTol(int dtype) {
+    switch (dtype) {
+        case DTYPE_TF32: return 3e-3;  // activations may be rounded to 10 mantissa bits
+        case DTYPE_BF16: return 1e-2;  // … to 7 mantissa bits
+        case DTYPE_F16: return 3e-3;   // … to 10 mantissa bits
+        default: return 1e-5;
+    }
+}
+/** Elementwise outputs that may be computed from 16-bit-rounded activations. */
+double activationTol(int dtype, double f32tol) { return std::max(f32tol, gemmTol(dtype)); }
+
+std::string format(const char* f, ...) {
+    char buf[256];
+    va_list ap;
+    va_start(ap, f);
+    std::vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    return buf;
+}
+
+const char* modeName(GemmMode m) { return m == GemmMode::Fast ? "fast" : "repro"; }
+double storageBytes(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16 ? 2.0 : 4.0; }
+
+using Outputs = std::vector<std::vector<float>>;
+
+/** A double's 8 bytes as two floats, for bit-for-bit comparison of returned sums. */
+std::vector<float> doubleBits(double d) {
+    std::vector<float> v(2);
+    std::memcpy(v.data(), &d, sizeof d);
+    return v;
+}
+
+Prepared start(Ops& ops) {
+    Prepared p;
+    p.arena = std::make_shared<Arena>(ops);
+    return p;
+}
+
+/** A weight uploaded in its storage type, and the values the reference must use. */
+struct Weight {
+    Matrix m{};
+    Vec stored;   // the values the backend's storage holds (rounded for TF32/BF16/F16)
+    Vec masters;  // the f32 values before rounding
+};
+
+/** W [out, in] uniform in ±bound; 16-bit types get their bits (and, when asked, the f32 masters). */
+Weight putWeight(Arena& A, Rng& rng, int out, int in, int dtype, double bound, bool withMasters) {
+    std::vector<float> w = uniform(rng, static_cast<int64_t>(out) * in, -bound, bound);
+    Weight r;
+    r.masters = toDouble(w);
+    if (dtype == DTYPE_F32 || dtype == DTYPE_TF32) {
+        if (dtype == DTYPE_TF32)
+            for (float& v : w) v = roundToTf32(v);
+        r.m = Matrix{A.put(w), nullptr, dtype, out, in};
+        r.stored = toDouble(w);
+        r.masters = r.stored;
+    } else {
+        std::vector<uint16_t> h(w.size());
+        r.stored.resize(w.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+            h[i] = roundToHalf(w[i], dtype);
+            r.stored[i] = halfToFloat(h[i], dtype);
+        }
+        r.m = Matrix{withMasters ? A.put(w) : nullptr, A.putHalf(h), dtype, out, in};
+    }
+    return r;
+}
+
+/** Rows r % 4 == 3 scaled to about 1e-3, where eps inside the rms matters (catches a dropped or misplaced eps). */
+void shrinkSomeRows(std::vector<float>& x, int64_t rows, int64_t ld, int64_t width) {
+    for (int64_t r = 3; r < rows; r += 4)
+        for (int64_t j = 0; j < width; ++j) x[r * ld + j] *= 2e-3f;
+}
+
+/** A [rows, ld] host buffer: random in the first width columns, poison in the padding. */
+std::vector<float> padded(Rng& rng, int64_t rows, int64_t ld, int64_t width, double lo, double hi) {
+    std::vector<float> v(static_cast<size_t>(rows * ld), poisonValue());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < width; ++j) v[r * ld + j] = static_cast<float>(rng.uniform(lo, hi));
+    return v;
+}
+
+// ================================================================ gemm
+
+Prepared gemmForwardCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int out, int in, bool withBias,
+                         float beta, bool pad) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = in + (pad ? 5 : 0), ldy = out + (pad ? 3 : 0);
+    const std::vector<float> x = padded(rng, rows, ldx, in, -1, 1);
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(in), false);
+    const std::vector<float> bias = withBias ? uniform(rng, out, -0.5, 0.5) : std::vector<float>{};
+    std::vector<float> y0 = beta != 0 ? padded(rng, rows, ldy, out, -1, 1)
+                                      : std::vector<float>(static_cast<size_t>(rows * ldy), poisonValue());
+    float* dy = A->put(y0);
+    const Gemm g = Gemm::forward(mode, A->put(x), ldx, rows, w.m, withBias ? A->put(bias) : nullptr, dy, ldy, beta);
+    p.call = [&ops, g] { ops.gemm(g); };
+    const Vec want = ref::gemmForward(dense(x, rows, ldx, in), rows, w.stored, out, in, toDouble(bias), beta,
+                                      dense(y0, rows, ldy, out));
+    const double tol = gemmTol(dtype);
+    p.check = [=] {
+        const std::vector<float> got = A->get(dy, rows * ldy);
+        return std::vector<Compare>{nmax("y", strip(got, rows, ldy, out), want, tol), padding("y", got, rows, ldy, out)};
+    };
+    p.outputs = [=] { return Outputs{A->get(dy, rows * ldy)}; };
+    p.flops = 2.0 * rows * out * in;
+    p.bytes = storageBytes(dtype) * out * in + 4.0 * rows * (in + out * (beta != 0 ? 2 : 1));
+    return p;
+}
+
+Prepared gemmBackwardDataCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta, bool pad) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t lddy = out + (pad ? 4 : 0), lddx = in + (pad ? 6 : 0);
+    const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1);
+    // W is read as f32: a 16-bit matrix must carry its masters, and the reference uses those.
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(out), true);
+    std::vector<float> dx0 = beta != 0 ? padded(rng, rows, lddx, in, -1, 1)
+                                       : std::vector<float>(static_cast<size_t>(rows * lddx), poisonValue());
+    float* ddx = A->put(dx0);
+    const Gemm g = Gemm::backwardData(A->put(dy), lddy, rows, w.m, ddx, lddx, beta);
+    p.call = [&ops, g] { ops.gemm(g); };
+    const Vec want = ref::gemmBackwardData(dense(dy, rows, lddy, out), rows, w.masters, out, in, beta,
+                                           dense(dx0, rows, lddx, in));
+    p.check = [=] {
+        const std::vector<float> got = A->get(ddx, rows * lddx);
+        return std::vector<Compare>{nmax("dx", strip(got, rows, lddx, in), want, gemmTol(DTYPE_F32)),
+                                    padding("dx", got, rows, lddx, in)};
+    };
+    p.outputs = [=] { return Outputs{A->get(ddx, rows * lddx)}; };
+    p.flops = 2.0 * rows * out * in;
+    p.bytes = 4.0 * out * in + 4.0 * rows * (out + in * (beta != 0 ? 2 : 1));
+    return p;
+}
+
+Prepared gemmWeightGradCase(Ops& ops, uint64_t seed, int64_t rows, int out, int in, bool withBias, bool pad) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t lddy = out + (pad ? 3 : 0), ldx = in + (pad ? 7 : 0);
+    const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1), x = padded(rng, rows, ldx, in, -1, 1);
+    const std::vector<float> dw0 = uniform(rng, static_cast<int64_t>(out) * in, -0.5, 0.5);  // accumulated into
+    const std::vector<float> db0 = uniform(rng, out, -0.5, 0.5);
+    float* ddw = A->put(dw0);
+    float* ddb = withBias ? A->put(db0) : nullptr;
+    const Gemm g = Gemm::weightGrad(A->put(dy), lddy, A->put(x), ldx, rows, out, in, ddw, ddb);
+    p.call = [&ops, g] { ops.gemm(g); };
+    Vec wantW = toDouble(dw0), wantB = toDouble(db0);
+    ref::gemmWeightGrad(dense(dy, rows, lddy, out), dense(x, rows, ldx, in), rows, out, in, wantW,
+                        withBias ? &wantB : nullptr);
+    p.check = [=] {
+        std::vector<Compare> c{nmax("dw", A->get(ddw, static_cast<int64_t>(out) * in), wantW, gemmTol(DTYPE_F32))};
+        if (withBias) c.push_back(nmax("dbias", A->get(ddb, out), wantB, gemmTol(DTYPE_F32)));
+        return c;
+    };
+    p.outputs = [=] {
+        Outputs o{A->get(ddw, static_cast<int64_t>(out) * in)};
+        if (withBias) o.push_back(A->get(ddb, out));
+        return o;
+    };
+    p.flops = 2.0 * rows * out * in;
+    p.bytes = 4.0 * (2.0 * out * in + rows * (out + in));
+    return p;
+}
+
+// ================================================================ norms
+
+Prepared rmsnormCase(Ops& ops, uint64_t seed, int64_t rows, int d) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = d + 4, ldy = d + 2;
+    std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
+    shrinkSomeRows(x, rows, ldx, d);
+    const std::vector<float> w = uniform(rng, d, 0.5, 1.5);
+    float* dy = A->poisoned(rows * ldy);
+    const RmsNormArgs a{A->put(x), ldx, A->put(w), rows, d, kNormEps, dy, ldy};
+    p.call = [&ops, a] { ops.rmsnorm(a); };
+    const Vec want = ref::rmsnorm(dense(x, rows, ldx, d), rows, d, toDouble(w), kNormEps);
+    p.check = [=] {
+        const std::vector<float> got = A->get(dy, rows * ldy);
+        return std::vector<Compare>{nmax("y", strip(got, rows, ldy, d), want, kTolNorm), padding("y", got, rows, ldy, d)};
+    };
+    p.bytes = 4.0 * (2.0 * rows * d + d);
+    return p;
+}
+
+Prepared normLinearCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int d, int out, bool withBias) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = d + 3, ldn = d + 1, ldo = out + 2;
+    std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
+    shrinkSomeRows(x, rows, ldx, d);
+    const std::vector<float> nw = uniform(rng, d, 0.5, 1.5);
+    const Weight w = putWeight(*A, rng, out, d, dtype, 1.0 / std::sqrt(d), false);
+    const std::vector<float> bias = withBias ? uniform(rng, out, -0.5, 0.5) : std::vector<float>{};
+    float* dn = A->poisoned(rows * ldn);
+    float* dout = A->poisoned(rows * ldo);
+    const RmsNormArgs norm{A->put(x), ldx, A->put(nw), rows, d, kNormEps, dn, ldn};
+    const Gemm lin = Gemm::forward(mode, dn, ldn, rows, w.m, withBias ? A->put(bias) : nullptr, dout, ldo, 0.f);
+    p.call = [&ops, norm, lin] { ops.normLinear(norm, lin); };
+    // The named fusion must equal rmsnorm, then the product of the normalised rows.
+    const Vec n = ref::rmsnorm(dense(x, rows, ldx, d), rows, d, toDouble(nw), kNormEps);
+    const Vec y = ref::gemmForward(n, rows, w.stored, out, d, toDouble(bias), 0.0, {});
+    const double ntol = activationTol(dtype, kTolNorm), ytol = gemmTol(dtype) + kTolNorm;
+    p.check = [=] {
+        const std::vector<float> gn = A->get(dn, rows * ldn), gy = A->get(dout, rows * ldo);
+        return std::vector<Compare>{nmax("norm.y", strip(gn, rows, ldn, d), n, ntol), padding("norm.y", gn, rows, ldn, d),
+                                    nmax("y", strip(gy, rows, ldo, out), y, ytol), padding("y", gy, rows, ldo, out)};
+    };
+    p.flops = 2.0 * rows * out * d;
+    p.bytes = storageBytes(dtype) * out * d + 4.0 * rows * (2 * d + out);
+    return p;
+}
+
+Prepared rmsnormBackwardCase(Ops& ops, uint64_t seed, int64_t rows, int d, float beta, bool tiny) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = d + 3, lddy = d + 5, lddx = d + 2;
+    // tiny: every row about 1e-3, where eps matters (mixed rows would let the tiny ones, whose gradients are
+    // ~1/rms larger, dominate the normalisation of the comparison).
+    const std::vector<float> x = padded(rng, rows, ldx, d, tiny ? -4e-3 : -2, tiny ? 4e-3 : 2);
+    const std::vector<float> w = uniform(rng, d, 0.5, 1.5);
+    const std::vector<float> dyv = padded(rng, rows, lddy, d, -1, 1);
+    const std::vector<float> dx0 = beta != 0 ? padded(rng, rows, lddx, d, -1, 1)
+                                             : std::vector<float>(static_cast<size_t>(rows * lddx), poisonValue());
+    const std::vector<float> dw0 = uniform(rng, d, -0.5, 0.5);
+    float* ddx = A->put(dx0);
+    float* ddw = A->put(dw0);
+    const RmsNormBackwardArgs a{A->put(x), ldx, A->put(w), A->put(dyv), lddy, rows, d, kNormEps, ddx, lddx, beta, ddw};
+    p.call = [&ops, a] { ops.rmsnormBackward(a); };
+    Vec wantX, wantW = toDouble(dw0);
+    ref::rmsnormBackward(dense(x, rows, ldx, d), rows, d, toDouble(w), dense(dyv, rows, lddy, d), kNormEps, beta,
+                         dense(dx0, rows, lddx, d), wantX, wantW);
+    p.check = [=] {
+        const std::vector<float> gx = A->get(ddx, rows * lddx);
+        return std::vector<Compare>{nmax("dx", strip(gx, rows, lddx, d), wantX, kTolNorm),
+                                    padding("dx", gx, rows, lddx, d), nmax("dw", A->get(ddw, d), wantW, kTolNorm)};
+    };
+    p.outputs = [=] { return Outputs{A->get(ddx, rows * lddx), A->get(ddw, d)}; };
+    p.bytes = 4.0 * rows * d * (beta != 0 ? 4 : 3);
+    return p;
+}
+
+// ================================================================ small inference stages
+
+Prepared embedCase(Ops& ops, uint64_t seed, int dtype, int vocab, int d, int64_t rows) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> table = uniform(rng, static_cast<int64_t>(vocab) * d, -1, 1);
+    std::vector<float> stored(table.size());  // what the table holds after rounding to its storage type
+    Matrix m{};
+    if (dtype == DTYPE_F32) {
+        stored = table;
+        m = Matrix::f32Of(A->put(table), vocab, d);
+    } else {
+        std::vector<uint16_t> h(table.size());
+        for (size_t i = 0; i < h.size(); ++i) {
+            h[i] = roundToHalf(table[i], dtype);
+            stored[i] = halfToFloat(h[i], dtype);
+        }
+        m = Matrix{nullptr, A->putHalf(h), dtype, vocab, d};
+    }
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (auto& id : ids) id = rng.below(vocab);
+    ids[0] = vocab - 1;                        // the last row of the table
+    if (rows > 2) ids[rows - 1] = ids[1];      // a repeated id
+    if (rows > 3) ids[2] = 0;
+    float* dout = A->poisoned(rows * d);
+    const int32_t* dids = A->putInts(ids);
+    p.call = [&ops, m, dids, rows, dout] { ops.embed(m, dids, rows, dout); };
+    std::vector<float> want(static_cast<size_t>(rows * d));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int j = 0; j < d; ++j) want[r * d + j] = stored[static_cast<int64_t>(ids[r]) * d + j];
+    p.check = [=] { return std::vector<Compare>{bits("out", A->get(dout, rows * d), want)}; };
+    p.bytes = (storageBytes(dtype) + 4.0) * rows * d;
+    return p;
+}
+
+Prepared negExpCase(Ops& ops, uint64_t seed, int channels, int d_state) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t n = static_cast<int64_t>(channels) * d_state;
+    std::vector<float> a_log(static_cast<size_t>(n));
+    for (int c = 0; c < channels; ++c)
+        for (int s = 0; s < d_state; ++s)  // S4D-real log(1..N), jittered; then some trained-looking extremes
+            a_log[static_cast<int64_t>(c) * d_state + s] = static_cast<float>(std::log(s + 1.0) + rng.uniform(-0.3, 0.3));
+    for (int i = 0; i < std::min<int64_t>(n, 8); ++i) a_log[i] = static_cast<float>(rng.uniform(-6, 8));
+    float* da = A->poisoned(n);
+    const float* dl = A->put(a_log);
+    p.call = [&ops, dl, da, n] { ops.negExp(dl, da, n); };
+    Vec want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want[i] = -std::exp(static_cast<double>(a_log[i]));
+    p.check = [=] { return std::vector<Compare>{rel("a", A->get(da, n), want, kTolNegExp)}; };
+    p.bytes = 8.0 * n;
+    return p;
+}
+
+// ---- toLowPrecision / fromLowPrecision: exact ----
+
+/** f32 inputs that exercise round-to-nearest-even: ties (both parities), neighbours of ties, overflow, subnormals. */
+std::vector<float> roundingInputs(Rng& rng, int dtype) {
+    std::vector<float> v;
+    auto fromBits = [](uint32_t b) {
+        float f;
+        std::memcpy(&f, &b, 4);
+        return f;
+    };
+    const uint32_t lowMask = dtype == DTYPE_BF16 ? 0xFFFFu : 0x1FFFu;  // f32 mantissa bits below the 16-bit type's
+    for (int i = 0; i < 2000; ++i) {
+        // A random finite value in the type's range; then its low bits set to a tie, tie ± 1, all ones or zero.
+        const double mag = dtype == DTYPE_BF16 ? std::ldexp(1.0, rng.below(200) - 100) : std::ldexp(1.0, rng.below(29) - 14);
+        const float base = static_cast<float>(rng.uniform(1.0, 2.0) * mag * (rng.below(2) ? -1 : 1));
+        const uint32_t b = floatBits(base) & ~lowMask, half = (lowMask + 1) / 2;
+        const uint32_t lows[] = {half, half - 1, half + 1, lowMask, 0, static_cast<uint32_t>(rng.bits()) & lowMask};
+        v.push_back(fromBits(b | lows[i % 6]));
+    }
+    // Midpoints of neighbouring 16-bit values (exact ties in f32, incl. subnormal f16) and their f32 neighbours.
+    for (int i = 0; i < 500; ++i) {
+        const uint16_t h = static_cast<uint16_t>(rng.bits() & (dtype == DTYPE_BF16 ? 0x7F7E : 0x7BFE));
+        const double mid = 0.5 * (static_cast<double>(halfToFloat(h, dtype)) + halfToFloat(h + 1, dtype));
+        const float f = static_cast<float>(mid);
+        v.push_back(f);
+        v.push_back(std::nextafter(f, 0.f));
+        v.push_back(-std::nextafter(f, 1e30f));
+    }
+    const float specials[] = {0.f, -0.f, 1.f, -1.f, 65504.f, 65519.f, 65520.f, 70000.f, -1e6f, 1e-8f, 2.98023223876953125e-08f,
+                              3e-5f, 6.1e-5f, 3.4e38f, -3.39e38f, 1e-40f, -1e-42f,
+                              std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::min(), std::numeric_limits<float>::max()};
+    v.insert(v.end(), std::begin(specials), std::end(specials));
+    return v;
+}
+
+Prepared toLowPrecisionCase(Ops& ops, uint64_t seed, int dtype) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> x = roundingInputs(rng, dtype);
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<uint16_t> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = roundToHalf(x[i], dtype);
+    const float* dx = A->put(x);
+    void* dh = A->poisonedHalf(n);
+    p.call = [&ops, dx, dh, n, dtype] { ops.toLowPrecision(dx, dh, n, dtype); };
+    p.check = [=] {
+        // NaN in, NaN out (any payload), checked apart from the bit comparison.
+        std::vector<Compare> c{bits16("bits", A->getHalf(dh, n), want)};
+        std::vector<float> nan{std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+        const float* dn = A->put(nan);
+        void* hn = A->poisonedHalf(2);
+        A->ops().toLowPrecision(dn, hn, 2, dtype);
+        const std::vector<uint16_t> got = A->getHalf(hn, 2);
+        double bad = 0;
+        for (uint16_t g : got) bad += std::isnan(halfToFloat(g, dtype)) ? 0 : 1;
+        c.push_back(Compare{"NaN", "bits", bad, 0});
+        return c;
+    };
+    p.bytes = 6.0 * n;
+    return p;
+}
+
+Prepared fromLowPrecisionCase(Ops& ops, uint64_t seed, int dtype) {
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    // Every non-NaN 16-bit pattern: from() must give its exact value, and to(from(h)) must give h back.
+    std::vector<uint16_t> h;
+    std::vector<float> want;
+    for (uint32_t b = 0; b < 0x10000u; ++b) {
+        const float f = halfToFloat(static_cast<uint16_t>(b), dtype);
+        if (std::isnan(f)) continue;
+        h.push_back(static_cast<uint16_t>(b));
+        want.push_back(f);
+    }
+    const int64_t n = static_cast<int64_t>(h.size());
+    const void* dh = A->putHalf(h);
+    float* df = A->poisoned(n);
+    p.call = [&ops, dh, df, n, dtype] { ops.fromLowPrecision(dh, dtype, df, n); };
+    p.check = [=] {
+        std::vector<Compare> c{bits("value", A->get(df, n), want)};
+        void* back = A->poisonedHalf(n);
+        A->ops().toLowPrecision(df, back, n, dtype);
+        c.push_back(bits16("to(from(h))", A->getHalf(back, n), h));
+        return c;
+    };
+    p.bytes = 6.0 * n;
+    return p;
+}
+
+// ================================================================ conv
+
+struct ConvSetup {
+    int B, T, C, K;
+    int64_t ldx, ldu, hstride;
+    std::vector<float> x, w, bias, hist;  // x [B·T, ldx] (the conv half of in_proj's output), hist [B, hstride]
+    ref::ConvProblem prob() const {
+        ref::ConvProblem p;
+        p.batch = B, p.steps = T, p.channels = C, p.width = K;
+        p.x = dense(x, static_cast<int64_t>(B) * T, ldx, C);
+        p.w = toDouble(w);
+        p.bias = toDouble(bias);
+        p.history = dense(hist, B, hstride, static_cast<int64_t>(C) * (K - 1));
+        return p;
+    }
+};
+
+ConvSetup convSetup(Rng& rng, int B, int T, int C, int K) {
+    ConvSetup s{B, T, C, K, 2 * C, C + 4, static_cast<int64_t>(C) * (K - 1) + 3, {}, {}, {}, {}};
+    s.x = uniform(rng, static_cast<int64_t>(B) * T * s.ldx, -1, 1);
+    s.w = uniform(rng, static_cast<int64_t>(C) * K, -1.5 / std::sqrt(K), 1.5 / std::sqrt(K));
+    s.bias = uniform(rng, C, -0.5, 0.5);
+    s.hist = padded(rng, B, s.hstride, static_cast<int64_t>(C) * (K - 1), -1, 1);
+    return s;
+}
+
+Prepared convSiluCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ConvSetup s = convSetup(rng, B, T, C, K);
+    const int64_t R = static_cast<int64_t>(B) * T, H = static_cast<int64_t>(C) * (K - 1);
+    float* du = A->poisoned(R * s.ldu);
+    float* dh = A->put(s.hist);
+    const ConvArgs a{A->put(s.x), s.ldx, A->put(s.w), A->put(s.bias), dh, s.hstride, du, s.ldu, B, T, C, K};
+    p.call = [&ops, a] { ops.convSilu(a); };
+    const ref::ConvResult want = ref::convSilu(s.prob());
+    std::vector<float> wantHist(want.history.begin(), want.history.end());  // copies of inputs: exact
+    const int64_t ldu = s.ldu, hstride = s.hstride;
+    p.check = [=] {
+        const std::vector<float> gu = A->get(du, R * ldu), gh = A->get(dh, B * hstride);
+        return std::vector<Compare>{nmax("u", strip(gu, R, ldu, C), want.u, kTolConv), padding("u", gu, R, ldu, C),
+                                    bits("history", strip(gh, B, hstride, H), wantHist),
+                                    padding("history", gh, B, hstride, H)};
+    };
+    p.bytes = 4.0 * (2.0 * R * C + 2.0 * B * H);
+    return p;
+}
+
+/** History carry: one call over T steps equals a call over T/2 then one over the rest, bit for bit. */
+Prepared convSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ConvSetup s = convSetup(rng, B, T, C, K);
+    const int T1 = T / 2, T2 = T - T1;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    // The two halves' inputs, each [B·Ti, ldx] with rows b·Ti + t.
+    std::vector<float> x1(static_cast<size_t>(B) * T1 * s.ldx), x2(static_cast<size_t>(B) * T2 * s.ldx);
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            const float* src = &s.x[(static_cast<int64_t>(b) * T + t) * s.ldx];
+            float* dst = t < T1 ? &x1[(static_cast<int64_t>(b) * T1 + t) * s.ldx] : &x2[(static_cast<int64_t>(b) * T2 + t - T1) * s.ldx];
+            std::copy(src, src + s.ldx, dst);
+        }
+    const float *w = A->put(s.w), *bias = A->put(s.bias);
+    float *hAll = A->put(s.hist), *hSplit = A->put(s.hist);
+    float* uAll = A->poisoned(R * s.ldu);
+    float* u1 = A->poisoned(static_cast<int64_t>(B) * T1 * s.ldu);
+    float* u2 = A->poisoned(static_cast<int64_t>(B) * T2 * s.ldu);
+    const ConvArgs all{A->put(s.x), s.ldx, w, bias, hAll, s.hstride, uAll, s.ldu, B, T, C, K};
+    const ConvArgs first{T1 > 0 ? A->put(x1) : nullptr, s.ldx, w, bias, hSplit, s.hstride, u1, s.ldu, B, T1, C, K};
+    const ConvArgs second{A->put(x2), s.ldx, w, bias, hSplit, s.hstride, u2, s.ldu, B, T2, C, K};
+    const int64_t ldu = s.ldu, hstride = s.hstride;
+    p.check = [=, &ops] {
+        ops.convSilu(all);
+        if (T1 > 0) ops.convSilu(first);
+        ops.convSilu(second);
+        const std::vector<float> ga = A->get(uAll, R * ldu), g1 = A->get(u1, static_cast<int64_t>(B) * T1 * ldu),
+                                 g2 = A->get(u2, static_cast<int64_t>(B) * T2 * ldu);
+        std::vector<float> joined(ga.size());
+        for (int b = 0; b < B; ++b)
+            for (int t = 0; t < T; ++t) {
+                const float* src = t < T1 ? &g1[(static_cast<int64_t>(b) * T1 + t) * ldu] : &g2[(static_cast<int64_t>(b) * T2 + t - T1) * ldu];
+                std::copy(src, src + ldu, &joined[(static_cast<int64_t>(b) * T + t) * ldu]);
+            }
+        return std::vector<Compare>{bits("u", strip(joined, R, ldu, C), strip(ga, R, ldu, C)),
+                                    bits("history", A->get(hSplit, B * hstride), A->get(hAll, B * hstride))};
+    };
+    return p;
+}
+
+Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ConvSetup s = convSetup(rng, B, T, C, K);
+    const int64_t R = static_cast<int64_t>(B) * T, lddx = C + 2;
+    const std::vector<float> du = padded(rng, R, s.ldu, C, -1, 1);
+    const std::vector<float> dw0 = uniform(rng, static_cast<int64_t>(C) * K, -0.5, 0.5), db0 = uniform(rng, C, -0.5, 0.5);
+    float* ddx = A->poisoned(R * lddx);
+    float* ddw = A->put(dw0);
+    float* ddb = A->put(db0);
+    const ConvBackwardArgs a{A->put(s.x), s.ldx, A->put(s.hist), s.hstride, A->put(s.w), A->put(s.bias), A->put(du),
+                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K};
+    p.call = [&ops, a] { ops.convSiluBackward(a); };
+    Vec wantX, wantW = toDouble(dw0), wantB = toDouble(db0);
+    ref::convSiluBackward(s.prob(), dense(du, R, s.ldu, C), wantX, wantW, wantB);
+    p.check = [=] {
+        const std::vector<float> gx = A->get(ddx, R * lddx);
+        return std::vector<Compare>{nmax("dx", strip(gx, R, lddx, C), wantX, kTolConv), padding("dx", gx, R, lddx, C),
+                                    nmax("dw", A->get(ddw, static_cast<int64_t>(C) * K), wantW, kTolConv),
+                                    nmax("dbias", A->get(ddb, C), wantB, kTolConv)};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(ddx, R * lddx), A->get(ddw, static_cast<int64_t>(C) * K), A->get(ddb, C)};
+    };
+    p.bytes = 4.0 * 3.0 * R * C;
+    return p;
+}
+
+// ================================================================ selective scan
+
+/** The scan's inputs as the mixer produces them, in the layouts the model uses. */
+struct ScanSetup {
+    int B, T, C, N, rank;
+    bool proj;                   // dt comes from dt_proj (a Forward product) inside the call
+    int64_t ldx;                 // x_proj output [R, rank + 2N]: δ | B | C (with proj) or B | C (+3 padding)
+    int64_t ldz;                 // in_proj output [R, 2C]: z is the second half
+    std::vector<float> xdbl, xz, u, dt, dtBiasV, a, dSkip, h0;
+    Weight wdt;                  // dt_proj [C, rank] when proj
+    int64_t hstride;
+    ref::ScanProblem prob;       // the same inputs in double (dt from the double-precision projection)
+};
+
+ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, int dtype) {
+    ScanSetup s{};
+    s.B = B, s.T = T, s.C = C, s.N = N, s.proj = proj, s.rank = proj ? 6 : 0;
+    const int64_t R = static_cast<int64_t>(B) * T;
+    s.ldx = proj ? s.rank + 2 * N : 2 * N + 3;
+    s.ldz = 2 * C;
+    s.hstride = static_cast<int64_t>(C) * N + 5;
+    s.xdbl = padded(rng, R, s.ldx, proj ? s.rank + 2 * N : 2 * N, -1, 1);
+    s.xz = uniform(rng, R * s.ldz, -3, 3);
+    s.u = uniform(rng, R * C, -0.3, 2.0);  // SiLU outputs
+    s.dtBiasV.resize(C);
+    for (float& b : s.dtBiasV) b = dtBias(rng);
+    std::vector<float> a_log(static_cast<size_t>(C) * N);
+    for (int d = 0; d < C; ++d)
+        for (int n = 0; n < N; ++n) a_log[static_cast<int64_t>(d) * N + n] = static_cast<float>(std::log(n + 1.0) + rng.uniform(-0.1, 0.1));
+    s.a.resize(a_log.size());
+    for (size_t i = 0; i < a_log.size(); ++i) s.a[i] = static_cast<float>(-std::exp(static_cast<double>(a_log[i])));
+    s.dSkip = uniform(rng, C, 0.5, 1.5);
+    s.h0 = padded(rng, B, s.hstride, static_cast<int64_t>(C) * N, -1, 1);
+
+    ref::ScanProblem& p = s.prob;
+    p.batch = B, p.steps = T, p.channels = C, p.d_state = N;
+    const int off = s.rank;  // B_t starts after δ
+    p.B.resize(static_cast<size_t>(R * N));
+    p.C.resize(p.B.size());
+    for (int64_t r = 0; r < R; ++r)
+        for (int n = 0; n < N; ++n) {
+            p.B[r * N + n] = s.xdbl[r * s.ldx + off + n];
+            p.C[r * N + n] = s.xdbl[r * s.ldx + off + N + n];
+        }
+    if (proj) {
+        s.wdt = putWeight(A, rng, C, s.rank, dtype, 1.0 / std::sqrt(s.rank), false);
+        p.dt = ref::gemmForward(dense(s.xdbl, R, s.ldx, s.rank), R, s.wdt.stored, C, s.rank, toDouble(s.dtBiasV), 0.0, {});
+    } else {
+        s.dt.resize(static_cast<size_t>(R * C));
+        for (int64_t r = 0; r < R; ++r)
+            for (int d = 0; d < C; ++d) s.dt[r * C + d] = static_cast<float>(s.dtBiasV[d] + rng.uniform(-0.5, 0.5));
+        p.dt = toDouble(s.dt);
+    }
+    p.a = toDouble(s.a);
+    p.u = toDouble(s.u);
+    p.z.resize(static_cast<size_t>(R * C));
+    for (int64_t r = 0; r < R; ++r)
+        for (int d = 0; d < C; ++d) p.z[r * C + d] = s.xz[r * s.ldz + C + d];
+    p.d_skip = toDouble(s.dSkip);
+    p.h0 = dense(s.h0, B, s.hstride, static_cast<int64_t>(C) * N);
+    return s;
+}
+
+/** The reference's states before steps 0, chunk, 2·chunk, … in the checkpoint layout [B][chunks][C, N]. */
+Vec checkpointsOf(const ref::ScanProblem& p, const ref::ScanResult& r, int chunk) {
+    const int chunks = (p.steps + chunk - 1) / chunk;
+    Vec v;
+    for (int b = 0; b < p.batch; ++b)
+        for (int c = 0; c < chunks; ++c)
+            for (int d = 0; d < p.channels; ++d)
+                for (int n = 0; n < p.d_state; ++n) v.push_back(r.state(p, b, c * chunk, d, n));
+    return v;
+}
+
+Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype);
+    const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
+    const float* xdbl = A->put(s.xdbl);
+    const float* xz = A->put(s.xz);
+    float* ddt = proj ? A->poisoned(R * C) : A->put(s.dt);
+    float* dh = A->put(s.h0);
+    float* dout = A->poisoned(R * C);
+    const int chunks = chunk > 0 ? (T + chunk - 1) / chunk : 0;
+    float* dck = chunk > 0 ? A->poisoned(static_cast<int64_t>(B) * chunks * hn) : nullptr;
+    const ScanArgs a{ddt, A->put(s.a), xdbl + s.rank, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip), dh,
+                     s.hstride, dout, B, T, C, N};
+    const GemmMode mode = chunk > 0 ? GemmMode::Reproducible : GemmMode::Fast;
+    const Gemm g = proj ? Gemm::forward(mode, xdbl, s.ldx, R, s.wdt.m, A->put(s.dtBiasV), ddt, C, 0.f) : Gemm{};
+    const ScanCheckpoints ck{dck, chunk};
+    p.call = [&ops, a, g, ck, proj, chunk] { ops.selectiveScan(a, proj ? &g : nullptr, chunk > 0 ? &ck : nullptr); };
+    const ref::ScanResult want = ref::selectiveScan(s.prob);
+    Vec wantH;
+    for (int b = 0; b < B; ++b)
+        for (int64_t i = 0; i < hn; ++i) wantH.push_back(want.state(s.prob, b, T, static_cast<int>(i / N), static_cast<int>(i % N)));
+    const Vec wantCk = chunk > 0 ? checkpointsOf(s.prob, want, chunk) : Vec{};
+    const Vec wantDt = s.prob.dt;
+    const double tol = proj ? activationTol(dtype, kTolScan) : kTolScan;
+    const double dtTol = gemmTol(dtype);
+    const int64_t hstride = s.hstride;
+    p.check = [=] {
+        const std::vector<float> gh = A->get(dh, B * hstride);
+        std::vector<Compare> c{nmax("out", A->get(dout, R * C), want.out, tol), nmax("h", strip(gh, B, hstride, hn), wantH, tol),
+                               padding("h", gh, B, hstride, hn)};
+        if (proj) c.push_back(nmax("dt", A->get(ddt, R * C), wantDt, dtTol));
+        if (chunk > 0) c.push_back(nmax("ckpt", A->get(dck, static_cast<int64_t>(B) * chunks * hn), wantCk, tol));
+        return c;
+    };
+    p.outputs = [=] {
+        Outputs o{A->get(dout, R * C), A->get(dh, B * hstride)};
+        if (proj) o.push_back(A->get(ddt, R * C));
+        if (chunk > 0) o.push_back(A->get(dck, static_cast<int64_t>(B) * chunks * hn));
+        return o;
+    };
+    // dt, u, z, B, C, out per step and channel; h in and out.
+    p.bytes = 4.0 * (R * (4.0 * C + 2.0 * N) + 2.0 * B * hn);
+    p.flops = 0;
+    return p;
+}
+
+Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32);
+    const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
+    const int64_t lddbc = 2 * N + 3, lddz = C + 5;
+    const ref::ScanResult fwd = ref::selectiveScan(s.prob);
+    const Vec ck = checkpointsOf(s.prob, fwd, chunk);
+    const std::vector<float> ckf(ck.begin(), ck.end());  // the checkpoints a forward would have written
+    const std::vector<float> doutv = uniform(rng, R * C, -1, 1);
+    const std::vector<float> dal0 = uniform(rng, hn, -0.5, 0.5), dd0 = uniform(rng, C, -0.5, 0.5);
+    const float* xdbl = A->put(s.xdbl);
+    const float* xz = A->put(s.xz);
+    float *ddt = A->poisoned(R * C), *ddbc = A->poisoned(R * lddbc), *ddu = A->poisoned(R * C),
+          *ddz = A->poisoned(R * lddz), *ddal = A->put(dal0), *ddd = A->put(dd0);
+    const ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
+                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N};
+    p.call = [&ops, a] { ops.selectiveScanBackward(a); };
+    const ref::ScanGrads g = ref::selectiveScanBackward(s.prob, toDouble(doutv));
+    Vec wantBC(static_cast<size_t>(R * 2 * N)), wantAl = toDouble(dal0), wantD = toDouble(dd0);
+    for (int64_t r = 0; r < R; ++r)
+        for (int n = 0; n < N; ++n) {
+            wantBC[r * 2 * N + n] = g.dB[r * N + n];
+            wantBC[r * 2 * N + N + n] = g.dC[r * N + n];
+        }
+    for (size_t i = 0; i < wantAl.size(); ++i) wantAl[i] += g.da_log[i];
+    for (int d = 0; d < C; ++d) wantD[d] += g.dd_skip[d];
+    p.check = [=] {
+        const std::vector<float> gbc = A->get(ddbc, R * lddbc), gz = A->get(ddz, R * lddz);
+        return std::vector<Compare>{
+            nmax("ddt", A->get(ddt, R * C), g.ddt, kTolScanBwd),       nmax("dbc", strip(gbc, R, lddbc, 2 * N), wantBC, kTolScanBwd),
+            padding("dbc", gbc, R, lddbc, 2 * N),                      nmax("du", A->get(ddu, R * C), g.du, kTolScanBwd),
+            nmax("dz", strip(gz, R, lddz, C), g.dz, kTolScanBwd),      padding("dz", gz, R, lddz, C),
+            nmax("da_log", A->get(ddal, hn), wantAl, kTolScanBwd),     nmax("dd_skip", A->get(ddd, C), wantD, kTolScanBwd)};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(ddt, R * C), A->get(ddbc, R * lddbc), A->get(ddu, R * C),
+                       A->get(ddz, R * lddz), A->get(ddal, hn),         A->get(ddd, C)};
+    };
+    p.bytes = 4.0 * R * (9.0 * C + 4.0 * N);
+    return p;
+}
+
+// ================================================================ training utilities
+
+Prepared scaleCase(Ops& ops, uint64_t seed, int64_t n) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> x = uniform(rng, n, -2, 2);
+    const float s = 0.999f;  // close to 1 so that timing's repeated calls stay normal numbers
+    float* dx = A->put(x);
+    p.call = [&ops, dx, n, s] { ops.scale(dx, n, s); };
+    std::vector<float> want(x.size());
+    for (size_t i = 0; i < x.size(); ++i) want[i] = static_cast<float>(static_cast<double>(x[i]) * s);  // exact product, one rounding
+    p.check = [=] { return std::vector<Compare>{bits("x", A->get(dx, n), want)}; };
+    p.bytes = 8.0 * n;
+    return p;
+}
+
+Prepared sumOfSquaresCase(Ops& ops, uint64_t seed, int64_t n) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> x = uniform(rng, n, -2, 2);
+    const float* dx = A->put(x);
+    auto result = std::make_shared<double>(std::numeric_limits<double>::quiet_NaN());
+    p.call = [&ops, dx, n, result] { *result = ops.sumOfSquares(dx, n); };
+    double want = 0;
+    for (float v : x) want += static_cast<double>(v) * v;
+    p.check = [=] { return std::vector<Compare>{relScalar("sum", *result, want, kTolSum)}; };
+    p.outputs = [=] { return Outputs{doubleBits(*result)}; };
+    p.bytes = 4.0 * n;
+    return p;
+}
+
+Prepared adamwCase(Ops& ops, uint64_t seed, int64_t n, int step, float weightDecay, float gradScale) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> p0 = uniform(rng, n, -1, 1), g = uniform(rng, n, -0.1, 0.1);
+    // Step 1 starts from zero moments (as training does); later steps from moments a run would have.
+    std::vector<float> m0(static_cast<size_t>(n), 0.f), v0(static_cast<size_t>(n), 0.f);
+    if (step > 1) {
+        m0 = uniform(rng, n, -0.05, 0.05);
+        v0 = uniform(rng, n, 1e-6, 1e-2);
+    }
+    AdamWArgs args{};
+    args.lr = 1e-2f, args.beta1 = 0.9f, args.beta2 = 0.999f, args.eps = 1e-8f, args.weight_decay = weightDecay;
+    args.bias_correction1 = static_cast<float>(1 - std::pow(0.9, step));
+    args.bias_correction2 = static_cast<float>(1 - std::pow(0.999, step));
+    args.grad_scale = gradScale;
+    float *dp = A->put(p0), *dm = A->put(m0), *dv = A->put(v0);
+    const float* dg = A->put(g);
+    p.call = [&ops, dp, dg, dm, dv, n, args] { ops.adamw(dp, dg, dm, dv, n, args); };
+    // The reference uses the float arguments as given.
+    const ref::AdamWStep st{args.lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.bias_correction1,
+                            args.bias_correction2, args.grad_scale};
+    Vec wantP(static_cast<size_t>(n)), wantM(wantP.size()), wantV(wantP.size()), wantStep(wantP.size());
+    for (int64_t i = 0; i < n; ++i) {
+        double pi = p0[i], mi = m0[i], vi = v0[i];
+        ref::adamw(st, pi, g[i], mi, vi);
+        wantP[i] = pi, wantM[i] = mi, wantV[i] = vi, wantStep[i] = pi - p0[i];
+    }
+    p.check = [=] {
+        const std::vector<float> gp = A->get(dp, n);
+        std::vector<float> stepGot(gp.size());
+        Vec stepWant(gp.size());
+        for (size_t i = 0; i < gp.size(); ++i) stepGot[i] = static_cast<float>(static_cast<double>(gp[i]) - p0[i]);
+        return std::vector<Compare>{nmax("p", gp, wantP, kTolAdamW), nmax("p-p0", stepGot, wantStep, kTolAdamWStep),
+                                    nmax("m", A->get(dm, n), wantM, kTolAdamW), nmax("v", A->get(dv, n), wantV, kTolAdamW)};
+    };
+    p.outputs = [=] { return Outputs{A->get(dp, n), A->get(dm, n), A->get(dv, n)}; };
+    p.bytes = 4.0 * 7 * n;
+    return p;
+}
+
+Prepared mseCase(Ops& ops, uint64_t seed, int64_t n) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> y = uniform(rng, n, -1, 1), t = uniform(rng, n, -1, 1);
+    const float scale = static_cast<float>(1.0 / n);
+    const float *dy = A->put(y), *dt = A->put(t);
+    float* dd = A->poisoned(n);
+    auto loss = std::make_shared<double>(std::numeric_limits<double>::quiet_NaN());
+    p.call = [&ops, dy, dt, n, scale, dd, loss] { *loss = ops.mse(dy, dt, n, scale, dd); };
+    double want = 0;
+    Vec wantD(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        const double e = static_cast<double>(y[i]) - t[i];
+        want += e * e;
+        wantD[i] = scale * 2.0 * e;
+    }
+    p.check = [=] {
+        // The loss: f32 differences squared in double, so its relative error is about 2⁻²³ (not 1e-16).
+        return std::vector<Compare>{relScalar("loss", *loss, want, 1e-6), nmax("dy", A->get(dd, n), wantD, kTolLoss)};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(dd, n), doubleBits(*loss)};
+    };
+    p.bytes = 12.0 * n;
+    return p;
+}
+
+enum class Grad { None, Separate, Aliased };
+
+Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad grad) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    std::vector<float> logits = uniform(rng, rows * vocab, -4, 4);
+    std::vector<int32_t> targets(static_cast<size_t>(rows));
+    int valid = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        targets[r] = rng.below(vocab);
+        if (r % 3 == 0) logits[r * vocab + targets[r]] += 8.f;  // the model is right on these rows
+        if (r % 5 == 2) targets[r] = kIgnore;                   // padding rows
+        valid += targets[r] != kIgnore;
+    }
+    const float scale = 1.f / static_cast<float>(std::max(valid, 1));
+    float* dl = A->put(logits);
+    float *dloss = A->poisoned(rows), *dcorrect = A->poisoned(rows);
+    float* dgrad = grad == Grad::Separate ? A->poisoned(rows * vocab) : grad == Grad::Aliased ? dl : nullptr;
+    const CrossEntropyArgs a{dl, rows, vocab, A->putInts(targets), kIgnore, scale, dloss, dcorrect, dgrad};
+    p.call = [&ops, a] { ops.crossEntropy(a); };
+    Vec wantLoss(static_cast<size_t>(rows), 0.0), wantGrad(static_cast<size_t>(rows * vocab), 0.0);
+    std::vector<float> wantCorrect(static_cast<size_t>(rows), 0.f);
+    const Vec ld = toDouble(logits);
+    for (int64_t r = 0; r < rows; ++r) {
+        if (targets[r] == kIgnore) continue;  // loss 0, correct 0, gradient 0
+        bool correct = false;
+        wantLoss[r] = ref::crossEntropyRow(&ld[r * vocab], vocab, targets[r], scale, &wantGrad[r * vocab], &correct);
+        wantCorrect[r] = correct ? 1.f : 0.f;
+    }
+    p.check = [=] {
+        std::vector<Compare> c{nmax("loss", A->get(dloss, rows), wantLoss, kTolLoss),
+                               bits("correct", A->get(dcorrect, rows), wantCorrect)};
+        if (dgrad) c.push_back(nmax("dlogits", A->get(dgrad, rows * vocab), wantGrad, kTolLoss));
+        return c;
+    };
+    p.outputs = [=] {
+        Outputs o{A->get(dloss, rows), A->get(dcorrect, rows)};
+        if (dgrad) o.push_back(A->get(dgrad, rows * vocab));
+        return o;
+    };
+    p.bytes = 4.0 * rows * vocab * (dgrad ? 2 : 1);
+    return p;
+}
+
+// ================================================================ determinism
+
+/** Restores the CPU thread count however the case ends. */
+struct ThreadsGuard {
+    int saved = cpuThreads();
+    ~ThreadsGuard() { setCpuThreads(saved); }
+};
+
+/**
+ * The base case run twice on fresh copies of the same inputs (same seed) must give bit-identical outputs;
+ * with `threads`, once each under setCpuThreads(1), (2), (3).
+ */
+Case determinism(const Case& base, bool threads) {
+    Case c = base;
+    c.op = (threads ? "det.threads." : "det.repeat.") + base.op;
+    c.needs |= threads ? NEED_HOST_THREADS : NEED_NONE;
+    auto prep = base.prepare;
+    c.prepare = [prep, threads](Ops& ops, uint64_t seed) {
+        Prepared p = start(ops);
+        p.check = [prep, threads, seed, &ops] {
+            auto once = [&] {
+                Prepared q = prep(ops, seed);
+                q.call();
+                ops.synchronize();
+                return q.outputs();
+            };
+            std::vector<Outputs> runs;
+            std::vector<std::string> labels;
+            if (threads) {
+                ThreadsGuard guard;
+                for (int t : {1, 2, 3}) {
+                    setCpuThreads(t);
+                    runs.push_back(once());
+                    labels.push_back(std::to_string(t) + "thr");
+                }
+            } else {
+                runs.push_back(once());
+                runs.push_back(once());
+                labels = {"run1", "run2"};
+            }
+            std::vector<Compare> cmp;
+            for (size_t r = 1; r < runs.size(); ++r)
+                for (size_t o = 0; o < runs[0].size(); ++o)
+                    cmp.push_back(bits("out" + std::to_string(o) + " " + labels[r] + " vs " + labels[0], runs[r][o], runs[0][o]));
+            return cmp;
+        };
+        return p;
+    };
+    return c;
+}
+
+}  // namespace
+
+// ================================================================ the table
+
+std::vector<Case> allCases() {
+    std::vector<Case> t;
+    auto add = [&t](std::string op, std::string shape, int dtype, std::string mode, unsigned needs, bool big,
+                    std::function<Prepared(Ops&, uint64_t)> prep) {
+        t.push_back(Case{std::move(op), std::move(shape), dtype, std::move(mode), needs, big, std::move(prep)});
+    };
+    const int dtypes[] = {DTYPE_F32, DTYPE_TF32, DTYPE_BF16, DTYPE_F16};
+    auto lowp = [](int dtype) { return dtype == DTYPE_F32 ? NEED_NONE : NEED_LOWP; };
+    const int64_t gemmRows[] = {1, 3, 8, 9, 64, 257};
+
+    // ---- gemm Forward: modes × bias × beta × rows (F32), ld > width on half of them ----
+    for (int dtype : dtypes)
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible})
+            for (int64_t rows : gemmRows)
+                for (bool bias : {true, false})
+                    for (float beta : {0.f, 1.f}) {
+                        // 16-bit storage: the two combinations bias+beta0 and nobias+beta1 are enough.
+                        if (dtype != DTYPE_F32 && bias == (beta != 0)) continue;
+                        const bool pad = (mode == GemmMode::Reproducible) != bias;
+                        const int out = 72, in = 56;
+                        add("gemm.forward",
+                            format("rows=%lld out=%d in=%d %s beta=%g%s", static_cast<long long>(rows), out, in,
+                                   bias ? "bias" : "nobias", beta, pad ? " ld+" : ""),
+                            dtype, modeName(mode), lowp(dtype), false, [=](Ops& o, uint64_t s) {
+                                return gemmForwardCase(o, s, mode, dtype, rows, out, in, bias, beta, pad);
+                            });
+                    }
+    // Several column/row tiles, and a long reduction.
+    for (int dtype : dtypes)
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible}) {
+            add("gemm.forward", "rows=257 out=300 in=200 bias beta=0 ld+", dtype, modeName(mode), lowp(dtype), false,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 257, 300, 200, true, 0.f, true); });
+            add("gemm.forward", "rows=9 out=24 in=1000 nobias beta=1", dtype, modeName(mode), lowp(dtype), false,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 9, 24, 1000, false, 1.f, false); });
+        }
+    // Realistic sizes (--big / --time): a 130m-class in_proj at decode and prefill, and the LM head at decode.
+    for (int dtype : dtypes)
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible}) {
+            add("gemm.forward", "rows=1 out=3072 in=768 (in_proj decode)", dtype, modeName(mode), lowp(dtype), true,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 1, 3072, 768, false, 0.f, false); });
+            add("gemm.forward", "rows=512 out=3072 in=768 (in_proj prefill)", dtype, modeName(mode), lowp(dtype), true,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 512, 3072, 768, false, 0.f, false); });
+            add("gemm.forward", "rows=1 out=50280 in=768 (lm head)", dtype, modeName(mode), lowp(dtype), true,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 1, 50280, 768, false, 0.f, false); });
+        }
+
+    // ---- gemm BackwardData, WeightGrad (always Reproducible) ----
+    for (int64_t rows : gemmRows)
+        for (float beta : {0.f, 1.f}) {
+            const bool pad = beta != 0;
+            add("gemm.backwardData", format("rows=%lld out=72 in=56 beta=%g%s", static_cast<long long>(rows), beta, pad ? " ld+" : ""),
+                DTYPE_F32, "repro", NEED_TRAINING, false,
+                [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, rows, 72, 56, beta, pad); });
+        }
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})  // a 16-bit model's backward reads its f32 masters
+        add("gemm.backwardData", "rows=64 out=72 in=56 beta=0 masters", dtype, "repro", NEED_TRAINING | NEED_LOWP, false,
+            [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, dtype, 64, 72, 56, 0.f, false); });
+    add("gemm.backwardData", "rows=257 out=300 in=200 beta=1 ld+", DTYPE_F32, "repro", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 257, 300, 200, 1.f, true); });
+    add("gemm.backwardData", "rows=512 out=3072 in=768", DTYPE_F32, "repro", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 512, 3072, 768, 0.f, false); });
+    for (int64_t rows : gemmRows)
+        for (bool bias : {true, false}) {
+            const bool pad = !bias;
+            add("gemm.weightGrad", format("rows=%lld out=72 in=56 %s%s", static_cast<long long>(rows), bias ? "dbias" : "nodbias", pad ? " ld+" : ""),
+                DTYPE_F32, "repro", NEED_TRAINING, false,
+                [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, rows, 72, 56, bias, pad); });
+        }
+    add("gemm.weightGrad", "rows=257 out=300 in=200 dbias ld+", DTYPE_F32, "repro", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, 257, 300, 200, true, true); });
+    add("gemm.weightGrad", "rows=512 out=3072 in=768 dbias", DTYPE_F32, "repro", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, 512, 3072, 768, true, false); });
+
+    // ---- norms ----
+    for (int64_t rows : {1, 7, 64})
+        for (int d : {96, 1000})
+            add("rmsnorm", format("rows=%lld d=%d ld+%s", static_cast<long long>(rows), d, rows > 3 ? " tiny rows" : ""), DTYPE_F32, "-", NEED_NONE, false,
+                [=](Ops& o, uint64_t s) { return rmsnormCase(o, s, rows, d); });
+    add("rmsnorm", "rows=512 d=768", DTYPE_F32, "-", NEED_NONE, true, [=](Ops& o, uint64_t s) { return rmsnormCase(o, s, 512, 768); });
+    for (int dtype : dtypes)
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible})
+            for (int64_t rows : {1, 9, 64})
+                add("normLinear", format("rows=%lld d=96 out=80 %s ld+%s", static_cast<long long>(rows), rows == 9 ? "bias" : "nobias", rows > 3 ? " tiny rows" : ""),
+                    dtype, modeName(mode), lowp(dtype), false,
+                    [=](Ops& o, uint64_t s) { return normLinearCase(o, s, mode, dtype, rows, 96, 80, rows == 9); });
+    for (int dtype : dtypes)
+        add("normLinear", "rows=1 d=768 out=3072 (decode)", dtype, "fast", lowp(dtype), true,
+            [=](Ops& o, uint64_t s) { return normLinearCase(o, s, GemmMode::Fast, dtype, 1, 768, 3072, false); });
+    for (int64_t rows : {1, 7, 64})
+        for (int d : {96, 1000})
+            for (float beta : {0.f, 1.f})
+                add("rmsnormBackward", format("rows=%lld d=%d beta=%g ld+", static_cast<long long>(rows), d, beta), DTYPE_F32, "-",
+                    NEED_TRAINING, false, [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, rows, d, beta, false); });
+    add("rmsnormBackward", "rows=8 d=96 beta=0 ld+ tiny rows", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 8, 96, 0.f, true); });
+
+    // ---- embed, negExp, 16-bit conversions ----
+    for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
+        add("embed", "vocab=50 d=96 rows=9", dtype, "-", lowp(dtype), false,
+            [=](Ops& o, uint64_t s) { return embedCase(o, s, dtype, 50, 96, 9); });
+    add("embed", "vocab=50280 d=768 rows=512", DTYPE_F32, "-", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return embedCase(o, s, DTYPE_F32, 50280, 768, 512); });
+    for (int n : {12, 16, 64})
+        add("negExp", format("channels=72 d_state=%d", n), DTYPE_F32, "-", NEED_NONE, false,
+            [=](Ops& o, uint64_t s) { return negExpCase(o, s, 72, n); });
+    for (int dtype : {DTYPE_BF16, DTYPE_F16}) {
+        add("toLowPrecision", "ties, +-1ulp, overflow, subnormals, +-0, +-inf, NaN", dtype, "-", NEED_LOWP, false,
+            [=](Ops& o, uint64_t s) { return toLowPrecisionCase(o, s, dtype); });
+        add("fromLowPrecision", "all 16-bit patterns but NaN; to(from(h)) == h", dtype, "-", NEED_LOWP, false,
+            [=](Ops& o, uint64_t s) { return fromLowPrecisionCase(o, s, dtype); });
+    }
+
+    // ---- conv ----
+    for (int T : {1, 7, 64})
+        for (int C : {72, 160})
+            for (int K : {4, 2, 1}) {
+                if (C == 160 && K != 4) continue;
+                add("convSilu", format("B=2 T=%d C=%d K=%d ld+", T, C, K), DTYPE_F32, "-", NEED_NONE, false,
+                    [=](Ops& o, uint64_t s) { return convSiluCase(o, s, 2, T, C, K); });
+            }
+    add("convSilu", "B=1 T=512 C=1536 K=4", DTYPE_F32, "-", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return convSiluCase(o, s, 1, 512, 1536, 4); });
+    add("convSilu", "B=8 T=1 C=1536 K=4 (decode)", DTYPE_F32, "-", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return convSiluCase(o, s, 8, 1, 1536, 4); });
+    for (int T : {2, 7, 64})
+        for (int K : {4, 2})
+            add("convSilu.split", format("B=2 T=%d as %d+%d C=72 K=%d", T, T / 2, T - T / 2, K), DTYPE_F32, "-", NEED_NONE, false,
+                [=](Ops& o, uint64_t s) { return convSplitCase(o, s, 2, T, 72, K); });
+    for (int T : {1, 7, 64})
+        for (int C : {72, 160})
+            for (int K : {4, 2, 1}) {
+                if (C == 160 && K != 4) continue;
+                add("convSiluBackward", format("B=2 T=%d C=%d K=%d ld+", T, C, K), DTYPE_F32, "-", NEED_TRAINING, false,
+                    [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, T, C, K); });
+            }
+    add("convSiluBackward", "B=1 T=512 C=1536 K=4", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 1, 512, 1536, 4); });
+
+    // ---- selective scan: T × d_state × dtProj × checkpoints ----
+    auto chunkFor = [](int T) { return T <= 7 ? 4 : T <= 64 ? 16 : 64; };
+    for (int T : {1, 7, 64, 300})
+        for (int N : {16, 64, 12})
+            for (bool proj : {false, true})
+                for (bool ck : {false, true}) {
+                    const int chunk = ck ? chunkFor(T) : 0;
+                    add("selectiveScan",
+                        format("B=2 T=%d C=72 N=%d %s %s", T, N, proj ? "dtProj" : "dt", ck ? format("ckpt/%d", chunk).c_str() : "nockpt"),
+                        DTYPE_F32, proj ? (ck ? "repro" : "fast") : "-", ck ? NEED_TRAINING : NEED_NONE, false,
+                        [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, T, 72, N, proj, chunk, DTYPE_F32); });
+                }
+    for (int dtype : {DTYPE_TF32, DTYPE_BF16, DTYPE_F16})
+        for (bool ck : {false, true})
+            add("selectiveScan", format("B=2 T=64 C=72 N=16 dtProj %s", ck ? "ckpt/16" : "nockpt"), dtype, ck ? "repro" : "fast",
+                NEED_LOWP | (ck ? NEED_TRAINING : NEED_NONE), false,
+                [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 64, 72, 16, true, ck ? 16 : 0, dtype); });
+    add("selectiveScan", "B=1 T=512 C=1536 N=16 dtProj", DTYPE_F32, "fast", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 512, 1536, 16, true, 0, DTYPE_F32); });
+    add("selectiveScan", "B=8 T=1 C=1536 N=16 (decode)", DTYPE_F32, "-", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1, 1536, 16, false, 0, DTYPE_F32); });
+    add("selectiveScan", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 4, 256, 1536, 16, false, 64, DTYPE_F32); });
+    for (int T : {1, 7, 64, 300})
+        for (int N : {16, 64, 12})
+            add("selectiveScanBackward", format("B=2 T=%d C=72 N=%d ckpt/%d", T, N, chunkFor(T)), DTYPE_F32, "-", NEED_TRAINING, false,
+                [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, T, 72, N, chunkFor(T)); });
+    add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64); });
+
+    // ---- training utilities ----
+    for (int64_t n : {1, 1000, 100003}) {
+        add("scale", format("n=%lld", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return scaleCase(o, s, n); });
+        add("sumOfSquares", format("n=%lld", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return sumOfSquaresCase(o, s, n); });
+        add("mse", format("n=%lld", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return mseCase(o, s, n); });
+        add("adamw", format("n=%lld step=1 wd=0.1", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return adamwCase(o, s, n, 1, 0.1f, 1.f); });
+        add("adamw", format("n=%lld step=10 wd=0 grad_scale=0.5", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return adamwCase(o, s, n, 10, 0.f, 0.5f); });
+    }
+    add("sumOfSquares", "n=1048576", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return sumOfSquaresCase(o, s, 1 << 20); });
+    add("adamw", "n=16777216 step=10 wd=0.1", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return adamwCase(o, s, 1 << 24, 10, 0.1f, 1.f); });
+    for (int vocab : {37, 1000})
+        for (Grad g : {Grad::Separate, Grad::Aliased, Grad::None})
+            add("crossEntropy",
+                format("rows=13 vocab=%d %s ignored=rows%%5==2", vocab,
+                       g == Grad::Separate ? "dlogits" : g == Grad::Aliased ? "dlogits=logits" : "no-dlogits"),
+                DTYPE_F32, "-", NEED_TRAINING, false, [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 13, vocab, g); });
+    add("crossEntropy", "rows=512 vocab=50280 dlogits=logits", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 512, 50280, Grad::Aliased); });
+
+    // ---- determinism: the training ops, twice on the same inputs; on the CPU also over thread counts ----
+    // Sizes that split into several tasks / tiles / reduction chunks on 2 and 3 threads.
+    std::vector<Case> training;
+    auto train = [&training](std::string op, std::string shape, std::function<Prepared(Ops&, uint64_t)> prep) {
+        training.push_back(Case{std::move(op), std::move(shape), DTYPE_F32, "repro", NEED_TRAINING, false, std::move(prep)});
+    };
+    train("gemm.forward", "rows=257 out=300 in=200 bias beta=1", [](Ops& o, uint64_t s) {
+        return gemmForwardCase(o, s, GemmMode::Reproducible, DTYPE_F32, 257, 300, 200, true, 1.f, false);
+    });
+    train("gemm.backwardData", "rows=257 out=300 in=200 beta=0",
+          [](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 257, 300, 200, 0.f, false); });
+    train("gemm.weightGrad", "rows=257 out=300 in=200 dbias",
+          [](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, 257, 300, 200, true, false); });
+    train("rmsnormBackward", "rows=257 d=1000 beta=1",
+          [](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 257, 1000, 1.f, false); });
+    train("convSiluBackward", "B=4 T=64 C=160 K=4", [](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 4, 64, 160, 4); });
+    train("selectiveScan", "B=3 T=64 C=160 N=16 dtProj ckpt/16",
+          [](Ops& o, uint64_t s) { return scanCase(o, s, 3, 64, 160, 16, true, 16, DTYPE_F32); });
+    train("selectiveScanBackward", "B=3 T=64 C=160 N=16 ckpt/16",
+          [](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 3, 64, 160, 16, 16); });
+    train("sumOfSquares", "n=1048576", [](Ops& o, uint64_t s) { return sumOfSquaresCase(o, s, 1 << 20); });
+    train("adamw", "n=262147 step=10", [](Ops& o, uint64_t s) { return adamwCase(o, s, 262147, 10, 0.1f, 1.f); });
+    train("mse", "n=1048576", [](Ops& o, uint64_t s) { return mseCase(o, s, 1 << 20); });
+    train("crossEntropy", "rows=64 vocab=1000 dlogits=logits",
+          [](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 64, 1000, Grad::Aliased); });
+    for (const Case& c : training) t.push_back(determinism(c, false));
+    for (const Case& c : training) t.push_back(determinism(c, true));
+    return t;
+}
+
+}  // namespace optest

@@ -1,0 +1,329 @@
+// A deliberately plain backend in f32 loops (host memory, one thread): `op_test --backend ref` runs the
+// whole table on it. It exists to prove the harness — that the cases, layouts and tolerances are right for
+// a straightforward f32 implementation of ops.h — independently of the real backends.
+#include "op_test.h"
+#include "core/errors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+namespace optest {
+namespace {
+
+float sigm(float x) { return 1.f / (1.f + std::exp(-x)); }
+float siluf(float x) { return x * sigm(x); }
+float dsiluf(float x) {
+    const float s = sigm(x);
+    return s * (1.f + x * (1.f - s));
+}
+float softplusf(float x) { return x > 20.f ? x : std::log1p(std::exp(x)); }
+
+uint16_t toBf16(float x) {
+    uint32_t b = floatBits(x);
+    if (std::isnan(x)) return static_cast<uint16_t>((b >> 16) | 0x40);
+    b += 0x7FFFu + ((b >> 16) & 1u);  // round to nearest even on the dropped 16 bits
+    return static_cast<uint16_t>(b >> 16);
+}
+float fromBf16(uint16_t h) {
+    const uint32_t b = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+uint16_t toF16(float x) {
+    const _Float16 h = static_cast<_Float16>(x);  // the compiler's conversion rounds to nearest even
+    uint16_t b;
+    std::memcpy(&b, &h, 2);
+    return b;
+}
+float fromF16(uint16_t b) {
+    _Float16 h;
+    std::memcpy(&h, &b, 2);
+    return static_cast<float>(h);
+}
+
+class RefOps final : public Ops {
+public:
+    Capabilities capabilities() const override {
+        Capabilities c;
+        c.host = c.training = c.lowp_storage = true;
+        return c;
+    }
+    float* alloc(int64_t n) override {
+        auto* p = static_cast<float*>(std::calloc(static_cast<size_t>(std::max<int64_t>(n, 1)), sizeof(float)));
+        if (!p) throw OutOfMemoryError("refops");
+        return p;
+    }
+    void release(float* p) noexcept override { std::free(p); }
+    void upload(float* dst, const float* host, int64_t n) override { copy(dst, host, n); }
+    void download(float* host, const float* src, int64_t n) override { copy(host, src, n); }
+    void copy(float* dst, const float* src, int64_t n) override { std::memmove(dst, src, static_cast<size_t>(n) * 4); }
+    void zero(float* p, int64_t n) override { std::memset(p, 0, static_cast<size_t>(n) * 4); }
+
+    static float weight(const Matrix& m, int64_t i) {
+        if (m.dtype == DTYPE_BF16 || m.dtype == DTYPE_F16) {
+            if (!m.lowp) return m.f32[i];
+            const uint16_t b = static_cast<const uint16_t*>(m.lowp)[i];
+            return m.dtype == DTYPE_BF16 ? fromBf16(b) : fromF16(b);
+        }
+        return m.f32[i];
+    }
+
+    void gemm(const Gemm& g) override {
+        const int out = g.w.out, in = g.w.in;
+        switch (g.kind) {
+            case GemmKind::Forward:
+                for (int64_t r = 0; r < g.rows; ++r)
+                    for (int o = 0; o < out; ++o) {
+                        float s = g.bias ? g.bias[o] : 0.f;
+                        for (int i = 0; i < in; ++i) s += g.a[r * g.lda + i] * weight(g.w, static_cast<int64_t>(o) * in + i);
+                        float& y = g.c[r * g.ldc + o];
+                        y = g.beta == 0.f ? s : g.beta * y + s;
+                    }
+                break;
+            case GemmKind::BackwardData:
+                if (!g.w.f32) throw std::invalid_argument("refops: BackwardData needs the f32 weight");
+                for (int64_t r = 0; r < g.rows; ++r)
+                    for (int i = 0; i < in; ++i) {
+                        float s = 0.f;
+                        for (int o = 0; o < out; ++o) s += g.a[r * g.lda + o] * g.w.f32[static_cast<int64_t>(o) * in + i];
+                        float& dx = g.c[r * g.ldc + i];
+                        dx = g.beta == 0.f ? s : g.beta * dx + s;
+                    }
+                break;
+            case GemmKind::WeightGrad:
+                for (int o = 0; o < out; ++o) {
+                    for (int i = 0; i < in; ++i) {
+                        float s = 0.f;
+                        for (int64_t r = 0; r < g.rows; ++r) s += g.a[r * g.lda + o] * g.b[r * g.ldb + i];
+                        g.c[static_cast<int64_t>(o) * in + i] += s;
+                    }
+                    if (g.dbias) {
+                        float s = 0.f;
+                        for (int64_t r = 0; r < g.rows; ++r) s += g.a[r * g.lda + o];
+                        g.dbias[o] += s;
+                    }
+                }
+                break;
+        }
+    }
+
+    void rmsnorm(const RmsNormArgs& a) override {
+        for (int64_t r = 0; r < a.rows; ++r) {
+            const float* x = a.x + r * a.ldx;
+            float ss = 0.f;
+            for (int j = 0; j < a.d; ++j) ss += x[j] * x[j];
+            const float rho = 1.f / std::sqrt(ss / a.d + a.eps);
+            for (int j = 0; j < a.d; ++j) a.y[r * a.ldy + j] = a.w[j] * x[j] * rho;
+        }
+    }
+
+    void embed(const Matrix& t, const int32_t* ids, int64_t rows, float* out) override {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int j = 0; j < t.in; ++j) out[r * t.in + j] = weight(t, static_cast<int64_t>(ids[r]) * t.in + j);
+    }
+
+    void negExp(const float* a_log, float* a, int64_t n) override {
+        for (int64_t i = 0; i < n; ++i) a[i] = -std::exp(a_log[i]);
+    }
+
+    void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) override {
+        auto* d = static_cast<uint16_t*>(dst);
+        for (int64_t i = 0; i < n; ++i) d[i] = dtype == DTYPE_BF16 ? toBf16(src[i]) : toF16(src[i]);
+    }
+    void fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) override {
+        const auto* s = static_cast<const uint16_t*>(src);
+        for (int64_t i = 0; i < n; ++i) dst[i] = dtype == DTYPE_BF16 ? fromBf16(s[i]) : fromF16(s[i]);
+    }
+
+    void convSilu(const ConvArgs& c) override {
+        const int K = c.width, H = K - 1;
+        std::vector<float> next(static_cast<size_t>(std::max(H, 1)));
+        for (int b = 0; b < c.batch; ++b)
+            for (int d = 0; d < c.channels; ++d) {
+                float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+                auto in = [&](int s) { return s >= 0 ? c.x[(static_cast<int64_t>(b) * c.steps + s) * c.ldx + d] : hist[H + s]; };
+                for (int t = 0; t < c.steps; ++t) {
+                    float acc = c.bias[d];
+                    for (int k = 0; k < K; ++k) acc += c.w[static_cast<int64_t>(d) * K + k] * in(t - H + k);
+                    c.u[(static_cast<int64_t>(b) * c.steps + t) * c.ldu + d] = siluf(acc);
+                }
+                for (int i = 0; i < H; ++i) next[i] = in(c.steps - H + i);
+                for (int i = 0; i < H; ++i) hist[i] = next[i];
+            }
+    }
+
+    void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck) override {
+        if (dtProj) gemm(*dtProj);
+        const int T = s.steps, C = s.channels, N = s.d_state;
+        const int chunks = ck ? (T + ck->chunk - 1) / ck->chunk : 0;
+        for (int b = 0; b < s.batch; ++b)
+            for (int d = 0; d < C; ++d) {
+                float* h = s.h + b * s.h_stride + static_cast<int64_t>(d) * N;
+                for (int t = 0; t < T; ++t) {
+                    if (ck && t % ck->chunk == 0)
+                        std::copy(h, h + N, ck->data + ((static_cast<int64_t>(b) * chunks + t / ck->chunk) * C + d) * N);
+                    const int64_t r = static_cast<int64_t>(b) * T + t;
+                    const float delta = softplusf(s.dt[r * C + d]), u = s.u[r * C + d];
+                    float y = s.d_skip[d] * u;
+                    for (int n = 0; n < N; ++n) {
+                        h[n] = std::exp(delta * s.a[static_cast<int64_t>(d) * N + n]) * h[n] + delta * u * s.bc[r * s.ldbc + n];
+                        y += h[n] * s.bc[r * s.ldbc + N + n];
+                    }
+                    s.out[r * C + d] = y * siluf(s.z[r * s.ldz + d]);
+                }
+            }
+    }
+
+    void rmsnormBackward(const RmsNormBackwardArgs& a) override {
+        for (int64_t r = 0; r < a.rows; ++r) {
+            const float* x = a.x + r * a.ldx;
+            const float* dy = a.dy + r * a.lddy;
+            float ss = 0.f;
+            for (int j = 0; j < a.d; ++j) ss += x[j] * x[j];
+            const float rho = 1.f / std::sqrt(ss / a.d + a.eps);
+            float m = 0.f;
+            for (int j = 0; j < a.d; ++j) m += a.w[j] * dy[j] * x[j] * rho;
+            m /= a.d;
+            for (int j = 0; j < a.d; ++j) {
+                float& dx = a.dx[r * a.lddx + j];
+                const float v = rho * (a.w[j] * dy[j] - x[j] * rho * m);
+                dx = a.beta == 0.f ? v : a.beta * dx + v;
+                a.dw[j] += dy[j] * x[j] * rho;
+            }
+        }
+    }
+
+    void convSiluBackward(const ConvBackwardArgs& c) override {
+        const int K = c.width, H = K - 1, T = c.steps;
+        std::vector<float> dc(static_cast<size_t>(T));
+        for (int b = 0; b < c.batch; ++b)
+            for (int d = 0; d < c.channels; ++d) {
+                const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+                auto in = [&](int s) { return s >= 0 ? c.x[(static_cast<int64_t>(b) * T + s) * c.ldx + d] : hist[H + s]; };
+                const float* w = c.w + static_cast<int64_t>(d) * K;
+                for (int t = 0; t < T; ++t) {
+                    float acc = c.bias[d];
+                    for (int k = 0; k < K; ++k) acc += w[k] * in(t - H + k);
+                    dc[t] = c.du[(static_cast<int64_t>(b) * T + t) * c.ldu + d] * dsiluf(acc);
+                    c.dbias[d] += dc[t];
+                    for (int k = 0; k < K; ++k) c.dw[static_cast<int64_t>(d) * K + k] += dc[t] * in(t - H + k);
+                }
+                for (int s = 0; s < T; ++s) {
+                    float acc = 0.f;
+                    for (int k = 0; k < K; ++k)
+                        if (s + H - k < T) acc += w[k] * dc[s + H - k];
+                    c.dx[(static_cast<int64_t>(b) * T + s) * c.lddx + d] = acc;
+                }
+            }
+    }
+
+    void selectiveScanBackward(const ScanBackwardArgs& s) override {
+        const int T = s.steps, C = s.channels, N = s.d_state, K = s.chunk;
+        const int chunks = (T + K - 1) / K;
+        const int64_t R = static_cast<int64_t>(s.batch) * T;
+        for (int64_t r = 0; r < R; ++r) std::fill(s.dbc + r * s.lddbc, s.dbc + r * s.lddbc + 2 * N, 0.f);
+        std::vector<float> hs(static_cast<size_t>(K + 1) * N), G(static_cast<size_t>(N));
+        for (int b = 0; b < s.batch; ++b)
+            for (int d = 0; d < C; ++d) {
+                std::fill(G.begin(), G.end(), 0.f);
+                const float* A = s.a + static_cast<int64_t>(d) * N;
+                for (int c = chunks - 1; c >= 0; --c) {
+                    const int ta = c * K, tb = std::min(T, ta + K);
+                    const float* h0 = s.checkpoints + ((static_cast<int64_t>(b) * chunks + c) * C + d) * N;
+                    std::copy(h0, h0 + N, hs.begin());
+                    for (int t = ta; t < tb; ++t) {
+                        const int64_t r = static_cast<int64_t>(b) * T + t;
+                        const float delta = softplusf(s.dt[r * C + d]), u = s.u[r * C + d];
+                        for (int n = 0; n < N; ++n)
+                            hs[(t - ta + 1) * N + n] = std::exp(delta * A[n]) * hs[(t - ta) * N + n] + delta * u * s.bc[r * s.ldbc + n];
+                    }
+                    for (int t = tb - 1; t >= ta; --t) {
+                        const int64_t r = static_cast<int64_t>(b) * T + t;
+                        const float dtv = s.dt[r * C + d], delta = softplusf(dtv), u = s.u[r * C + d], z = s.z[r * s.ldz + d];
+                        const float* Bt = s.bc + r * s.ldbc;
+                        const float* Ct = Bt + N;
+                        float y = s.d_skip[d] * u;
+                        for (int n = 0; n < N; ++n) y += hs[(t - ta + 1) * N + n] * Ct[n];
+                        const float dout = s.dout[r * C + d], dy = dout * siluf(z);
+                        s.dz[r * s.lddz + d] = dout * y * dsiluf(z);
+                        s.dd_skip[d] += dy * u;
+                        float du = s.d_skip[d] * dy, ddelta = 0.f;
+                        for (int n = 0; n < N; ++n) {
+                            const float abar = std::exp(delta * A[n]), hp = hs[(t - ta) * N + n], hc = hs[(t - ta + 1) * N + n];
+                            G[n] += dy * Ct[n];
+                            s.dbc[r * s.lddbc + N + n] += dy * hc;
+                            s.dbc[r * s.lddbc + n] += G[n] * delta * u;
+                            du += delta * G[n] * Bt[n];
+                            ddelta += G[n] * (A[n] * abar * hp + Bt[n] * u);
+                            s.da_log[static_cast<int64_t>(d) * N + n] += G[n] * delta * abar * hp * A[n];
+                            G[n] *= abar;
+                        }
+                        s.du[r * C + d] = du;
+                        s.ddt[r * C + d] = ddelta * (dtv > 20.f ? 1.f : sigm(dtv));
+                    }
+                }
+            }
+    }
+
+    void scale(float* x, int64_t n, float s) override {
+        for (int64_t i = 0; i < n; ++i) x[i] *= s;
+    }
+    double sumOfSquares(const float* x, int64_t n) override {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+        return s;
+    }
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override {
+        for (int64_t i = 0; i < n; ++i) {
+            const float gi = g[i] * a.grad_scale;
+            p[i] *= 1.f - a.lr * a.weight_decay;
+            m[i] = a.beta1 * m[i] + (1.f - a.beta1) * gi;
+            v[i] = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
+            p[i] -= a.lr / a.bias_correction1 * m[i] / (std::sqrt(v[i]) / std::sqrt(a.bias_correction2) + a.eps);
+        }
+    }
+    double mse(const float* y, const float* t, int64_t n, float scale, float* dy) override {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const float e = y[i] - t[i];
+            dy[i] = scale * 2.f * e;
+            s += static_cast<double>(e) * e;
+        }
+        return s;
+    }
+    void crossEntropy(const CrossEntropyArgs& a) override {
+        for (int64_t r = 0; r < a.rows; ++r) {
+            const float* l = a.logits + r * a.vocab;
+            float* dl = a.dlogits ? a.dlogits + r * a.vocab : nullptr;
+            const int target = a.targets[r];
+            if (target == a.ignore_index) {
+                a.loss[r] = a.correct[r] = 0.f;
+                if (dl) std::fill(dl, dl + a.vocab, 0.f);
+                continue;
+            }
+            int best = 0;
+            for (int k = 1; k < a.vocab; ++k)
+                if (l[k] > l[best]) best = k;
+            const float mx = l[best];
+            float sum = 0.f;
+            for (int k = 0; k < a.vocab; ++k) sum += std::exp(l[k] - mx);
+            a.loss[r] = std::log(sum) + mx - l[target];
+            a.correct[r] = best == target ? 1.f : 0.f;
+            if (dl) {
+                for (int k = 0; k < a.vocab; ++k) dl[k] = a.scale * std::exp(l[k] - mx) / sum;
+                dl[target] -= a.scale;
+            }
+        }
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<Ops> referenceBackend() { return std::make_shared<RefOps>(); }
+
+}  // namespace optest
