@@ -107,11 +107,12 @@ void applyBias(float* y, int64_t ldy, int64_t rows, int out, const float* bias, 
 }
 
 std::string ldMessage(const char* name, int64_t ld, int64_t width) {
-    return std::string(name) + " = " + std::to_string(ld) + " must be in [" + std::to_string(std::max<int64_t>(1, width)) +
-           ", 2^31)";
+    return std::string(name) + " = " + std::to_string(ld) + " must be in [" + std::to_string(width) + ", 2^31)";
 }
 
-bool ldOk(int64_t ld, int64_t width) { return ld >= std::max<int64_t>(1, width) && ld <= INT_MAX; }
+// A leading dimension covers its row width (anything goes for empty rows: nothing is read or written, and
+// no BLAS call is made for an empty dimension, so Gemm::weightGrad's ldc = in = 0 is fine).
+bool ldOk(int64_t ld, int64_t width) { return ld >= width && ld <= INT_MAX; }
 
 /** Shapes and strides (OpenBLAS takes int). Messages are built only on failure: this runs on every product. */
 void validate(const Gemm& g) {
