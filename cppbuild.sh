@@ -39,7 +39,7 @@ CXXFLAGS="-std=c++17 -O3 -fPIC -march=x86-64-v3 -fopenmp-simd -fno-math-errno -f
 NVFLAGS="-std=c++17 -O3 -Xcompiler=-fPIC,-fvisibility=hidden --expt-relaxed-constexpr -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 STAMP="$CXXFLAGS|$NVFLAGS|${NVCC:+cuda}|$OPENBLAS"
 LIB=$PREFIX/lib/libmamba.so
-if [ -f "$LIB" ] && [ -f "$PREFIX/.flags" ] && [ "$(cat "$PREFIX/.flags")" = "$STAMP" ] \
+if [ -f "$LIB" ] && [ -x "$PREFIX/bin/op_test" ] && [ -f "$PREFIX/.flags" ] && [ "$(cat "$PREFIX/.flags")" = "$STAMP" ] \
    && [ -z "$(find "$SRC" "$0" -newer "$LIB" -type f | head -1)" ]; then
   echo "cppbuild.sh: libmamba is up to date"
   exit 0
@@ -78,8 +78,22 @@ else
   g++ -shared -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
 fi
 mv -f "$OBJ/libmamba.so" "$LIB"
+
+# The backend-ops test (kernels/test/ops, run by Maven's test phase): linked from the library's objects, not
+# the .so, whose -fvisibility=hidden keeps the backends' symbols out of reach; OpenBLAS found by rpath.
+mkdir -p "$OBJ/optest" "$PREFIX/bin"
+compile_optest() { g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$SRC/test/ops" -I"$OPENBLAS/include" -c "$1" -o "$OBJ/optest/$(basename "$1" .cpp).o"; }
+export -f compile_optest
+find "$SRC/test/ops" -name '*.cpp' ! -name ref_stubs.cpp | sort | xargs -P "$JOBS" -I{} bash -c 'compile_optest {}'
+if [ -n "$NVCC" ]; then
+  "$NVCC" -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+    -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Xlinker -rpath="$OPENBLAS"
+else
+  g++ -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Wl,-rpath,"$OPENBLAS"
+fi
+mv -f "$OBJ/op_test" "$PREFIX/bin/op_test"
 cp -r "$SRC/include/mamba" "$PREFIX/include/"
 # The preset inherits openblas_nolapack, whose link name the JNI link must resolve (see docs/architecture.md).
 ln -sf "$OPENBLAS/libopenblas.so.0" "$PREFIX/linkonly/libopenblas_nolapack.so"
 echo "$STAMP" > "$PREFIX/.flags"
-echo "cppbuild.sh: built $LIB (${NVCC:+with CUDA}${NVCC:-CPU only})"
+echo "cppbuild.sh: built $LIB and $PREFIX/bin/op_test (${NVCC:+with CUDA}${NVCC:-CPU only})"

@@ -13,40 +13,55 @@ namespace mamba::cpu {
 namespace {
 
 /**
- * A writer-preferring shared lock: once a writer waits, new readers wait behind it, so a threaded product
- * is not starved by a stream of single-threaded ones. Not recursive; BlasRead's per-thread depth makes
- * sure no thread asks twice.
+ * A writer-preferring shared lock with a lock-free reader fast path (readers come once per product, so on
+ * every decode step). state_ counts readers; kWriter is set while a writer waits or holds the lock, and
+ * then new readers sleep on cv_ instead of entering, so a threaded product is not starved by a stream of
+ * single-threaded ones. Writers are serialised by writerMutex_ for the whole exclusive section. Not
+ * recursive; BlasRead's per-thread depth makes sure no thread asks twice.
  */
 class SharedLock {
 public:
     void lockShared() {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [this] { return !writer_ && writersWaiting_ == 0; });
-        ++readers_;
+        int s = state_.load(std::memory_order_relaxed);
+        for (;;) {
+            if ((s & kWriter) == 0) {
+                if (state_.compare_exchange_weak(s, s + 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+                continue;  // s was reloaded
+            }
+            std::unique_lock<std::mutex> lock(mutex_);
+            cv_.wait(lock, [this] { return (state_.load(std::memory_order_relaxed) & kWriter) == 0; });
+            s = state_.load(std::memory_order_relaxed);
+        }
     }
     void unlockShared() {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (--readers_ == 0) cv_.notify_all();
+        // The last reader out while a writer waits wakes it. Taking mutex_ to notify closes the window
+        // between the writer's check of state_ and its sleep (the writer checks and sleeps under mutex_).
+        if (state_.fetch_sub(1, std::memory_order_release) - 1 == kWriter) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            cv_.notify_all();
+        }
     }
     void lock() {
+        writerMutex_.lock();
         std::unique_lock<std::mutex> lock(mutex_);
-        ++writersWaiting_;
-        cv_.wait(lock, [this] { return !writer_ && readers_ == 0; });
-        --writersWaiting_;
-        writer_ = true;
+        state_.fetch_or(kWriter, std::memory_order_acquire);
+        cv_.wait(lock, [this] { return state_.load(std::memory_order_acquire) == kWriter; });  // readers drained
     }
     void unlock() {
-        std::lock_guard<std::mutex> lock(mutex_);
-        writer_ = false;
-        cv_.notify_all();
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            state_.fetch_and(~kWriter, std::memory_order_release);
+        }
+        cv_.notify_all();  // sleeping readers
+        writerMutex_.unlock();
     }
 
 private:
-    std::mutex mutex_;
+    static constexpr int kWriter = 1 << 30;
+    std::atomic<int> state_{0};
+    std::mutex mutex_;  // guards sleeping and waking on cv_
     std::condition_variable cv_;
-    int readers_ = 0;
-    int writersWaiting_ = 0;
-    bool writer_ = false;
+    std::mutex writerMutex_;
 };
 
 struct BlasControl {

@@ -30,7 +30,7 @@ Capabilities CpuBackend::capabilities() const {
 // ---- memory ----
 
 float* CpuBackend::alloc(int64_t n) {
-    require(n >= 0, "alloc: n = " + std::to_string(n) + " must be >= 0");
+    if (n < 0) fail("alloc: n = " + std::to_string(n) + " must be >= 0");
     constexpr int64_t kMax = (std::numeric_limits<int64_t>::max() - 63) / static_cast<int64_t>(sizeof(float));
     if (n > kMax) throw OutOfMemoryError("host allocation of " + std::to_string(n) + " floats is too large");
     const size_t bytes = std::max<size_t>(64, (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64);
@@ -89,8 +89,8 @@ void CpuBackend::rmsnorm(const RmsNormArgs& a) {
 namespace {
 
 void requireLowpDtype(const char* what, int dtype) {
-    require(dtype == DTYPE_BF16 || dtype == DTYPE_F16,
-            std::string(what) + ": dtype " + std::to_string(dtype) + " must be DTYPE_BF16 or DTYPE_F16");
+    if (dtype != DTYPE_BF16 && dtype != DTYPE_F16)
+        fail(std::string(what) + ": dtype " + std::to_string(dtype) + " must be DTYPE_BF16 or DTYPE_F16");
 }
 
 void lowpToF32(const uint16_t* src, int dtype, float* dst, int64_t n) {
@@ -105,13 +105,13 @@ void lowpToF32(const uint16_t* src, int dtype, float* dst, int64_t n) {
 void CpuBackend::embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) {
     const int64_t d = table.in;
     if (table.dtype == DTYPE_F32 || table.dtype == DTYPE_TF32) {  // TF32: f32 values
-        require(table.f32 != nullptr, "embed: the table has no f32 values");
+        if (table.f32 == nullptr) fail("embed: the table has no f32 values");
         for (int64_t r = 0; r < rows; ++r)
             std::memcpy(out + r * d, table.f32 + static_cast<int64_t>(ids[r]) * d, static_cast<size_t>(d) * sizeof(float));
         return;
     }
     requireLowpDtype("embed", table.dtype);
-    require(table.lowp != nullptr, "embed: the table has no 2-byte values");
+    if (table.lowp == nullptr) fail("embed: the table has no 2-byte values");
     const auto* t = static_cast<const uint16_t*>(table.lowp);
     for (int64_t r = 0; r < rows; ++r) lowpToF32(t + static_cast<int64_t>(ids[r]) * d, table.dtype, out + r * d, d);
 }
@@ -135,7 +135,8 @@ void CpuBackend::fromLowPrecision(const void* src, int dtype, float* dst, int64_
 }
 
 void CpuBackend::convSilu(const ConvArgs& c) {
-    require(c.width >= 1 && c.width <= 8, "convSilu: width = " + std::to_string(c.width) + " must be in [1, 8]");
+    // Messages are built only on failure (here and in every op): these checks run on every decode step.
+    if (c.width < 1 || c.width > 8) fail("convSilu: width = " + std::to_string(c.width) + " must be in [1, 8]");
     const int K = c.width, H = K - 1;
     const int blocks = (c.channels + kChannelBlock - 1) / kChannelBlock;
     const int64_t work = static_cast<int64_t>(c.batch) * c.steps * c.channels;

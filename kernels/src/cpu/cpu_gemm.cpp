@@ -101,40 +101,43 @@ void applyBias(float* y, int64_t ldy, int64_t rows, int out, const float* bias, 
 
 [[noreturn]] void bad(const Gemm& g, const std::string& what) {
     static const char* kinds[] = {"Forward", "BackwardData", "WeightGrad", "?"};
-    const int kind = std::min(3u, static_cast<unsigned>(g.kind));
-    fail(std::string("gemm (") + kinds[kind] + ", " + std::to_string(g.w.out) + "x" +
-         std::to_string(g.w.in) + ", rows " + std::to_string(g.rows) + "): " + what);
+    const unsigned kind = std::min(3u, static_cast<unsigned>(g.kind));
+    fail(std::string("gemm (") + kinds[kind] + ", " + std::to_string(g.w.out) + "x" + std::to_string(g.w.in) +
+         ", rows " + std::to_string(g.rows) + "): " + what);
 }
 
-void check(const Gemm& g, bool ok, const std::string& what) {
-    if (!ok) bad(g, what);
+std::string ldMessage(const char* name, int64_t ld, int64_t width) {
+    return std::string(name) + " = " + std::to_string(ld) + " must be in [" + std::to_string(width) + ", 2^31)";
 }
 
-/** Shapes and strides (OpenBLAS takes int). */
+// A leading dimension covers its row width (anything goes for empty rows: nothing is read or written, and
+// no BLAS call is made for an empty dimension, so Gemm::weightGrad's ldc = in = 0 is fine).
+bool ldOk(int64_t ld, int64_t width) { return ld >= width && ld <= INT_MAX; }
+
+/** Shapes and strides (OpenBLAS takes int). Messages are built only on failure: this runs on every product. */
 void validate(const Gemm& g) {
-    const int kind = static_cast<int>(g.kind);
-    check(g, kind >= 0 && kind <= 2, "unknown GemmKind " + std::to_string(kind));
-    check(g, g.rows >= 0 && g.rows <= INT_MAX, "rows must be in [0, 2^31)");
-    check(g, g.w.out >= 0 && g.w.in >= 0, "negative weight shape");
+    const unsigned kind = static_cast<unsigned>(g.kind);
+    if (kind > 2) bad(g, "unknown GemmKind " + std::to_string(kind));
+    if (g.rows < 0 || g.rows > INT_MAX) bad(g, "rows must be in [0, 2^31)");
+    if (g.w.out < 0 || g.w.in < 0) bad(g, "negative weight shape");
+    const bool emptyW = static_cast<int64_t>(g.w.out) * g.w.in == 0;
     if (g.kind != GemmKind::WeightGrad) {
-        check(g, g.w.dtype == DTYPE_F32,
-              "the CPU backend stores f32 weights only (dtype " + std::to_string(g.w.dtype) + ")");
-        check(g, g.w.f32 != nullptr || static_cast<int64_t>(g.w.out) * g.w.in == 0, "the weight has no f32 values");
+        if (g.w.dtype != DTYPE_F32)
+            bad(g, "the CPU backend stores f32 weights only (dtype " + std::to_string(g.w.dtype) + ")");
+        if (g.w.f32 == nullptr && !emptyW) bad(g, "the weight has no f32 values");
     }
-    const int64_t aw = g.kind == GemmKind::Forward ? g.w.in : g.w.out;  // width of a's rows
-    const int64_t cw = g.kind == GemmKind::BackwardData ? g.w.in : g.w.out;  // width of c's rows (Forward, BackwardData)
-    check(g, g.rows == 0 || g.a != nullptr, "a is null");
-    check(g, g.lda >= std::max<int64_t>(1, aw) && g.lda <= INT_MAX,
-          "lda = " + std::to_string(g.lda) + " must be in [" + std::to_string(std::max<int64_t>(1, aw)) + ", 2^31)");
+    const int64_t aw = g.kind == GemmKind::Forward ? g.w.in : g.w.out;       // width of a's rows
+    const int64_t cw = g.kind == GemmKind::BackwardData ? g.w.in : g.w.out;  // width of c's rows (not WeightGrad)
+    if (g.rows > 0 && g.a == nullptr) bad(g, "a is null");
+    if (!ldOk(g.lda, aw)) bad(g, ldMessage("lda", g.lda, aw));
     if (g.kind == GemmKind::WeightGrad) {
-        check(g, g.rows == 0 || g.b != nullptr, "b (x) is null");
-        check(g, g.ldb >= std::max(1, g.w.in) && g.ldb <= INT_MAX, "ldb = " + std::to_string(g.ldb) + " is below in");
-        check(g, g.c != nullptr || static_cast<int64_t>(g.w.out) * g.w.in == 0, "dw is null");
-        check(g, g.ldc >= std::max(1, g.w.in) && g.ldc <= INT_MAX, "ldc = " + std::to_string(g.ldc) + " is below in");
+        if (g.rows > 0 && g.b == nullptr) bad(g, "b (x) is null");
+        if (!ldOk(g.ldb, g.w.in)) bad(g, ldMessage("ldb", g.ldb, g.w.in));
+        if (g.c == nullptr && !emptyW) bad(g, "dw is null");
+        if (!ldOk(g.ldc, g.w.in)) bad(g, ldMessage("ldc", g.ldc, g.w.in));
     } else {
-        check(g, g.rows == 0 || g.c != nullptr, "c is null");
-        check(g, g.ldc >= std::max<int64_t>(1, cw) && g.ldc <= INT_MAX,
-              "ldc = " + std::to_string(g.ldc) + " must be in [" + std::to_string(std::max<int64_t>(1, cw)) + ", 2^31)");
+        if (g.rows > 0 && g.c == nullptr) bad(g, "c is null");
+        if (!ldOk(g.ldc, cw)) bad(g, ldMessage("ldc", g.ldc, cw));
     }
 }
 

@@ -16,11 +16,12 @@ namespace mamba::cpu {
 namespace {
 
 void validateScan(const char* op, int batch, int steps, int channels, int d_state) {
-    require(batch >= 0 && steps >= 0 && channels >= 0,
-            std::string(op) + ": batch, steps and channels must be >= 0 (got " + std::to_string(batch) + ", " +
-                std::to_string(steps) + ", " + std::to_string(channels) + ")");
-    require(d_state >= 1 && d_state <= 256,
-            std::string(op) + ": d_state = " + std::to_string(d_state) + " must be in [1, 256]");
+    // Messages are built only on failure: this runs on every decode step.
+    if (batch < 0 || steps < 0 || channels < 0)
+        fail(std::string(op) + ": batch, steps and channels must be >= 0 (got " + std::to_string(batch) + ", " +
+             std::to_string(steps) + ", " + std::to_string(channels) + ")");
+    if (d_state < 1 || d_state > 256)
+        fail(std::string(op) + ": d_state = " + std::to_string(d_state) + " must be in [1, 256]");
 }
 
 /**
@@ -212,15 +213,13 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
 
 void CpuBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) {
     validateScan("selectiveScan", s.batch, s.steps, s.channels, s.d_state);
-    if (checkpoints)
-        require(checkpoints->chunk >= 1 && checkpoints->data != nullptr,
-                "selectiveScan: checkpoints need data and chunk >= 1 (chunk = " + std::to_string(checkpoints->chunk) +
-                    ")");
+    if (checkpoints && (checkpoints->chunk < 1 || checkpoints->data == nullptr))
+        fail("selectiveScan: checkpoints need data and chunk >= 1 (chunk = " + std::to_string(checkpoints->chunk) + ")");
     if (dtProj) {
         const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
-        require(dtProj->kind == GemmKind::Forward && dtProj->c == s.dt && dtProj->ldc == s.channels &&
-                    dtProj->rows == R && dtProj->w.out == s.channels,
-                "selectiveScan: dtProj must be a Forward product writing s.dt ([batch·steps, channels])");
+        if (dtProj->kind != GemmKind::Forward || dtProj->c != s.dt || dtProj->ldc != s.channels || dtProj->rows != R ||
+            dtProj->w.out != s.channels)
+            fail("selectiveScan: dtProj must be a Forward product writing s.dt ([batch·steps, channels])");
         gemm(*dtProj);
     }
     const int blocks = (s.channels + kChannelBlock - 1) / kChannelBlock;
@@ -241,7 +240,7 @@ void CpuBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const Scan
 
 void CpuBackend::selectiveScanBackward(const ScanBackwardArgs& s) {
     validateScan("selectiveScanBackward", s.batch, s.steps, s.channels, s.d_state);
-    require(s.chunk >= 1, "selectiveScanBackward: chunk = " + std::to_string(s.chunk) + " must be >= 1");
+    if (s.chunk < 1) fail("selectiveScanBackward: chunk = " + std::to_string(s.chunk) + " must be >= 1");
     const int N = s.d_state, T = s.steps, C = s.channels;
     const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
     const int64_t R = static_cast<int64_t>(s.batch) * T;

@@ -88,8 +88,8 @@ void CpuBackend::rmsnormBackward(const RmsNormBackwardArgs& a) {
 }
 
 void CpuBackend::convSiluBackward(const ConvBackwardArgs& c) {
-    require(c.width >= 1 && c.width <= 8,
-            "convSiluBackward: width = " + std::to_string(c.width) + " must be in [1, 8]");
+    if (c.width < 1 || c.width > 8)
+        fail("convSiluBackward: width = " + std::to_string(c.width) + " must be in [1, 8]");
     const int K = c.width, H = K - 1, T = c.steps, C = c.channels;
     const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
     // Per-row partial weight gradients, summed over rows in row order afterwards.
@@ -224,7 +224,7 @@ double CpuBackend::mse(const float* y, const float* target, int64_t n, float sca
 
 void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
     const int vocab = a.vocab;
-    require(vocab >= 1, "crossEntropy: vocab = " + std::to_string(vocab) + " must be >= 1");
+    if (vocab < 1) fail("crossEntropy: vocab = " + std::to_string(vocab) + " must be >= 1");
     // Out-of-range targets would read outside the row: reject them before touching any output.
     for (int64_t r = 0; r < a.rows; ++r) {
         const int t = a.targets[r];

@@ -12,7 +12,7 @@
 namespace mamba {
 
 void setCpuThreads(int threads) {
-    require(threads >= 1 && threads <= 1024, "threads = " + std::to_string(threads) + " must be in [1, 1024]");
+    if (threads < 1 || threads > 1024) fail("threads = " + std::to_string(threads) + " must be in [1, 1024]");
     // Both are safe while other threads run ops: a running op finishes on the pool it started with, and
     // the OpenBLAS count is only applied inside the next threaded product (blas_threads.h).
     cpu::resizePool(threads);

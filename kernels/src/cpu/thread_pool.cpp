@@ -1,5 +1,5 @@
 // The worker pool. Locking design of the whole CPU backend: see blas_threads.h. In short, for the pool:
-//  - the pool in use is a shared_ptr taken under `registryMutex` for the length of one parallelFor, so
+//  - the pool in use is a shared_ptr taken under the registry mutex for the length of one parallelFor, so
 //    resizePool (setCpuThreads) can swap in a new pool at any time; the old one is destroyed (its idle
 //    workers joined) by whichever thread drops the last reference, never while a job runs on it;
 //  - one job at a time owns a pool (`busy_`, taken with a non-blocking compare-exchange): a concurrent
@@ -45,18 +45,16 @@ void runChunk(const RangeFn& fn, int64_t n, int chunks, int index) {
 class ThreadPool {
 public:
     explicit ThreadPool(int threads) {
-        workers_.reserve(static_cast<size_t>(std::max(0, threads - 1)));
-        for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { workerLoop(i); });
+        try {
+            workers_.reserve(static_cast<size_t>(std::max(0, threads - 1)));
+            for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { workerLoop(i); });
+        } catch (...) {  // thread creation failed: stop the ones already running (a joinable std::thread must not die)
+            stopAndJoin();
+            throw;
+        }
     }
 
-    ~ThreadPool() {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            stop_ = true;
-        }
-        wake_.notify_all();
-        for (auto& t : workers_) t.join();
-    }
+    ~ThreadPool() { stopAndJoin(); }
 
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
@@ -98,6 +96,15 @@ public:
     }
 
 private:
+    void stopAndJoin() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            stop_ = true;
+        }
+        wake_.notify_all();
+        for (auto& t : workers_) t.join();
+    }
+
     void workerLoop(int index) {
         tlsInJob = true;  // everything a worker runs is part of some job
         tlsWorker = true;

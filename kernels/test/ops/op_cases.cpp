@@ -566,7 +566,7 @@ struct ScanSetup {
     ref::ScanProblem prob;       // the same inputs in double (dt from the double-precision projection)
 };
 
-ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, int dtype) {
+ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, int dtype, bool bigDt = false) {
     ScanSetup s{};
     s.B = B, s.T = T, s.C = C, s.N = N, s.proj = proj, s.rank = proj ? 6 : 0;
     const int64_t R = static_cast<int64_t>(B) * T;
@@ -602,7 +602,8 @@ ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, i
     } else {
         s.dt.resize(static_cast<size_t>(R * C));
         for (int64_t r = 0; r < R; ++r)
-            for (int d = 0; d < C; ++d) s.dt[r * C + d] = static_cast<float>(s.dtBiasV[d] + rng.uniform(-0.5, 0.5));
+            for (int d = 0; d < C; ++d)  // bigDt: around softplus's threshold 20 (Δ = dt above it)
+                s.dt[r * C + d] = static_cast<float>(bigDt ? rng.uniform(15, 25) : s.dtBiasV[d] + rng.uniform(-0.5, 0.5));
         p.dt = toDouble(s.dt);
     }
     p.a = toDouble(s.a);
@@ -626,11 +627,11 @@ Vec checkpointsOf(const ref::ScanProblem& p, const ref::ScanResult& r, int chunk
     return v;
 }
 
-Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype) {
+Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype, bool bigDt = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype);
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype, bigDt);
     const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
     const float* xdbl = A->put(s.xdbl);
     const float* xz = A->put(s.xz);
@@ -674,11 +675,59 @@ Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj
     return p;
 }
 
-Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk) {
+/** Rows t0 ≤ t < t1 of every batch row of a [B·T, ld] buffer, as a [B·(t1 − t0), ld] buffer. */
+std::vector<float> stepRange(const std::vector<float>& v, int64_t ld, int B, int T, int t0, int t1) {
+    std::vector<float> out;
+    for (int b = 0; b < B; ++b)
+        out.insert(out.end(), v.begin() + (static_cast<int64_t>(b) * T + t0) * ld, v.begin() + (static_cast<int64_t>(b) * T + t1) * ld);
+    return out;
+}
+
+/** State carry: the scan over T steps as two calls (T/2, then the rest) against the one-sequence reference. */
+Prepared scanSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int N) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
     const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32);
+    const int T1 = T / 2, T2 = T - T1;
+    const int64_t hn = static_cast<int64_t>(C) * N;
+    float* dh = A->put(s.h0);
+    const float *a = A->put(s.a), *dskip = A->put(s.dSkip);
+    auto half = [&](int t0, int t1, float* out) {
+        const float* xz = A->put(stepRange(s.xz, s.ldz, B, T, t0, t1));
+        return ScanArgs{A->put(stepRange(s.dt, C, B, T, t0, t1)), a, A->put(stepRange(s.xdbl, s.ldx, B, T, t0, t1)), s.ldx,
+                        A->put(stepRange(s.u, C, B, T, t0, t1)), xz + C, s.ldz, dskip, dh, s.hstride, out, B, t1 - t0, C, N};
+    };
+    float* out1 = A->poisoned(static_cast<int64_t>(B) * T1 * C);
+    float* out2 = A->poisoned(static_cast<int64_t>(B) * T2 * C);
+    const ScanArgs first = half(0, T1, out1), second = half(T1, T, out2);
+    p.call = [&ops, first, second] {
+        ops.selectiveScan(first, nullptr, nullptr);
+        ops.selectiveScan(second, nullptr, nullptr);
+    };
+    const ref::ScanResult want = ref::selectiveScan(s.prob);
+    Vec wantH;
+    for (int b = 0; b < B; ++b)
+        for (int64_t i = 0; i < hn; ++i) wantH.push_back(want.state(s.prob, b, T, static_cast<int>(i / N), static_cast<int>(i % N)));
+    const int64_t hstride = s.hstride;
+    p.check = [=] {
+        const std::vector<float> g1 = A->get(out1, static_cast<int64_t>(B) * T1 * C), g2 = A->get(out2, static_cast<int64_t>(B) * T2 * C);
+        std::vector<float> joined;
+        for (int b = 0; b < B; ++b) {
+            joined.insert(joined.end(), g1.begin() + static_cast<int64_t>(b) * T1 * C, g1.begin() + static_cast<int64_t>(b + 1) * T1 * C);
+            joined.insert(joined.end(), g2.begin() + static_cast<int64_t>(b) * T2 * C, g2.begin() + static_cast<int64_t>(b + 1) * T2 * C);
+        }
+        return std::vector<Compare>{nmax("out", joined, want.out, kTolScan),
+                                    nmax("h", strip(A->get(dh, B * hstride), B, hstride, hn), wantH, kTolScan)};
+    };
+    return p;
+}
+
+Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk, bool bigDt = false) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32, bigDt);
     const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
     const int64_t lddbc = 2 * N + 3, lddz = C + 5;
     const ref::ScanResult fwd = ref::selectiveScan(s.prob);
@@ -822,11 +871,12 @@ Prepared mseCase(Ops& ops, uint64_t seed, int64_t n) {
 
 enum class Grad { None, Separate, Aliased };
 
-Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad grad) {
+Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad grad, bool bigLogits = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    std::vector<float> logits = uniform(rng, rows * vocab, -4, 4);
+    // bigLogits: e^x overflows f32 past 88, so only a max-subtracted softmax survives these.
+    std::vector<float> logits = bigLogits ? uniform(rng, rows * vocab, -30, 95) : uniform(rng, rows * vocab, -4, 4);
     std::vector<int32_t> targets(static_cast<size_t>(rows));
     int valid = 0;
     for (int64_t r = 0; r < rows; ++r) {
@@ -1075,6 +1125,13 @@ std::vector<Case> allCases() {
             add("selectiveScan", format("B=2 T=64 C=72 N=16 dtProj %s", ck ? "ckpt/16" : "nockpt"), dtype, ck ? "repro" : "fast",
                 NEED_LOWP | (ck ? NEED_TRAINING : NEED_NONE), false,
                 [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 64, 72, 16, true, ck ? 16 : 0, dtype); });
+    for (int T : {2, 7, 64})
+        add("selectiveScan.split", format("B=2 T=%d as %d+%d C=72 N=16 h carried", T, T / 2, T - T / 2), DTYPE_F32, "-", NEED_NONE,
+            false, [=](Ops& o, uint64_t s) { return scanSplitCase(o, s, 2, T, 72, 16); });
+    for (bool ck : {false, true})
+        add("selectiveScan", format("B=2 T=7 C=72 N=16 dt in [15,25] %s", ck ? "ckpt/4" : "nockpt"), DTYPE_F32, "-",
+            ck ? NEED_TRAINING : NEED_NONE, false,
+            [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 7, 72, 16, false, ck ? 4 : 0, DTYPE_F32, true); });
     add("selectiveScan", "B=1 T=512 C=1536 N=16 dtProj", DTYPE_F32, "fast", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 512, 1536, 16, true, 0, DTYPE_F32); });
     add("selectiveScan", "B=8 T=1 C=1536 N=16 (decode)", DTYPE_F32, "-", NEED_NONE, true,
@@ -1085,6 +1142,8 @@ std::vector<Case> allCases() {
         for (int N : {16, 64, 12})
             add("selectiveScanBackward", format("B=2 T=%d C=72 N=%d ckpt/%d", T, N, chunkFor(T)), DTYPE_F32, "-", NEED_TRAINING, false,
                 [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, T, 72, N, chunkFor(T)); });
+    add("selectiveScanBackward", "B=2 T=7 C=72 N=16 ckpt/4 dt in [15,25]", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 7, 72, 16, 4, true); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64); });
 
@@ -1111,6 +1170,8 @@ std::vector<Case> allCases() {
                 format("rows=13 vocab=%d %s ignored=rows%%5==2", vocab,
                        g == Grad::Separate ? "dlogits" : g == Grad::Aliased ? "dlogits=logits" : "no-dlogits"),
                 DTYPE_F32, "-", NEED_TRAINING, false, [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 13, vocab, g); });
+    add("crossEntropy", "rows=13 vocab=1000 dlogits logits in [-30,95]", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 13, 1000, Grad::Separate, true); });
     add("crossEntropy", "rows=512 vocab=50280 dlogits=logits", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 512, 50280, Grad::Aliased); });
 

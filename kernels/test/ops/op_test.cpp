@@ -2,6 +2,7 @@
 // --time it also times each case. Exit status 1 when any case fails.
 //
 //   op_test [--backend cpu|cuda|ref] [--filter SUBSTR] [--time] [--reps N] [--big] [--seed N] [--list] [--verbose]
+//           [--force-lowp]
 //
 // Backends: the CPU backend always, then every CUDA device (mamba::cudaDeviceCount()). `--backend ref` runs
 // the table on the harness's own plain-loop backend instead (ref_ops.cpp), which proves the harness.
@@ -28,7 +29,7 @@ namespace {
 struct Options {
     std::string backend;  // "", "cpu", "cuda", "ref"
     std::string filter;
-    bool time = false, big = false, list = false, verbose = false;
+    bool time = false, big = false, list = false, verbose = false, forceLowp = false;
     int reps = 9;
     uint64_t seed = 20240601;
 };
@@ -36,7 +37,8 @@ struct Options {
 [[noreturn]] void usage(const char* msg) {
     std::fprintf(stderr,
                  "op_test: %s\n"
-                 "usage: op_test [--backend cpu|cuda|ref] [--filter SUBSTR] [--time] [--reps N] [--big] [--seed N] [--list] [--verbose]\n",
+                 "usage: op_test [--backend cpu|cuda|ref] [--filter SUBSTR] [--time] [--reps N] [--big] [--seed N] [--list]\n"
+                 "               [--verbose] [--force-lowp]\n",
                  msg);
     std::exit(2);
 }
@@ -62,6 +64,8 @@ Options parse(int argc, char** argv) {
             o.reps = std::max(1, std::atoi(value().c_str()));
         } else if (a == "--seed") {
             o.seed = std::strtoull(value().c_str(), nullptr, 10);
+        } else if (a == "--force-lowp") {  // run the 16-bit cases even where lowp_storage is false
+            o.forceLowp = true;
         } else if (a == "--list") {
             o.list = true;
         } else if (a == "--verbose" || a == "-v") {
@@ -236,7 +240,7 @@ int main(int argc, char** argv) {
             const char* why = nullptr;
             if (c.big && !o.big && !o.time) why = "big (--big or --time)";
             else if ((c.needs & NEED_TRAINING) && !caps.training) why = "no training ops";
-            else if ((c.needs & NEED_LOWP) && !caps.lowp_storage) why = "no 16-bit storage";
+            else if ((c.needs & NEED_LOWP) && !caps.lowp_storage && !o.forceLowp) why = "no 16-bit storage";
             else if ((c.needs & NEED_HOST_THREADS) && t.name != "cpu") why = "CPU thread counts";
             if (why) {
                 tally.skipped++;
