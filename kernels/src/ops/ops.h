@@ -22,7 +22,7 @@ struct Capabilities {
     bool host = false;          // buffers are host memory (upload/download are plain copies)
     bool training = false;      // the backward, optimiser and loss ops exist
     bool graphs = false;        // beginCapture/endCapture/replay record and replay launches
-    bool lowp_storage = false;  // BF16/F16 matrices and TF32 products
+    bool lowp_storage = false;  // products with BF16/F16/TF32 weights (every backend converts and embeds them)
 };
 
 /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for r < rows. */
@@ -147,7 +147,7 @@ struct CrossEntropyArgs {
     const float* logits;     // [rows, vocab]
     int64_t rows;
     int vocab;
-    const int32_t* targets;  // [rows], backend memory
+    const int32_t* targets;  // [rows], backend memory; range-checked by the caller (or ignore_index)
     int ignore_index;
     float scale;             // dlogits = scale·(softmax − onehot)
     float* loss;             // [rows]: 0 when ignored
@@ -184,13 +184,16 @@ public:
         rmsnorm(norm);
         gemm(linear);
     }
-    /** out[r, :] = table[ids[r], :] (f32 out) for r < rows; ids are backend int32, already range-checked. */
+    /**
+     * out[r, :] = table[ids[r], :] (f32 out) for r < rows: table.out = vocabulary rows, table.in = width; ids are
+     * backend int32, already range-checked; the table may be stored F32, BF16 or F16.
+     */
     virtual void embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) = 0;
     /** a = -exp(a_log). */
     virtual void negExp(const float* a_log, float* a, int64_t n) = 0;
-    /** n f32 values to dtype (DTYPE_BF16 or DTYPE_F16) at dst, round to nearest even. Needs lowp_storage. */
+    /** n f32 values to dtype (DTYPE_BF16 or DTYPE_F16) at dst, round to nearest even. */
     virtual void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) = 0;
-    /** n dtype (DTYPE_BF16 or DTYPE_F16) values at src to f32 (exact). Needs lowp_storage. */
+    /** n dtype (DTYPE_BF16 or DTYPE_F16) values at src to f32 (exact). */
     virtual void fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) = 0;
     virtual void convSilu(const ConvArgs& a) = 0;
     /**
