@@ -966,6 +966,32 @@ Case determinism(const Case& base, bool threads) {
     return c;
 }
 
+/**
+ * The base case's call recorded once (beginCapture … endCapture, which runs nothing on a device that records)
+ * and replayed: the replay must produce what the reference says. Timing times the replay.
+ */
+Case graphed(const Case& base) {
+    Case c = base;
+    c.op = "graph." + base.op;
+    c.needs |= NEED_GRAPHS;
+    auto prep = base.prepare;
+    c.prepare = [prep](Ops& ops, uint64_t seed) {
+        Prepared p = prep(ops, seed);
+        ops.synchronize();  // the uploads are done before recording starts
+        ops.beginCapture();
+        try {
+            p.call();
+        } catch (...) {
+            ops.destroyGraph(ops.endCapture());
+            throw;
+        }
+        std::shared_ptr<void> graph(ops.endCapture(), [&ops](void* g) { ops.destroyGraph(g); });
+        p.call = [&ops, graph] { ops.replay(graph.get()); };
+        return p;
+    };
+    return c;
+}
+
 }  // namespace
 
 // ================================================================ the table
@@ -1200,6 +1226,24 @@ std::vector<Case> allCases() {
     train("mse", "n=1048576", [](Ops& o, uint64_t s) { return mseCase(o, s, 1 << 20); });
     train("crossEntropy", "rows=64 vocab=1000 dlogits=logits",
           [](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 64, 1000, Grad::Aliased); });
+    // ---- graphs: the inference stages of a decode step, recorded and replayed (capabilities().graphs) ----
+    const std::vector<Case> inference = {
+        Case{"gemm.forward", "rows=1 out=72 in=56 bias beta=0", DTYPE_F32, "fast", NEED_NONE, false,
+             [](Ops& o, uint64_t s) { return gemmForwardCase(o, s, GemmMode::Fast, DTYPE_F32, 1, 72, 56, true, 0.f, false); }},
+        Case{"normLinear", "rows=1 d=96 out=80 nobias", DTYPE_F32, "fast", NEED_NONE, false,
+             [](Ops& o, uint64_t s) { return normLinearCase(o, s, GemmMode::Fast, DTYPE_F32, 1, 96, 80, false); }},
+        Case{"normLinear", "rows=1 d=96 out=80 nobias", DTYPE_BF16, "fast", NEED_LOWP, false,
+             [](Ops& o, uint64_t s) { return normLinearCase(o, s, GemmMode::Fast, DTYPE_BF16, 1, 96, 80, false); }},
+        Case{"rmsnorm", "rows=4 d=96", DTYPE_F32, "-", NEED_NONE, false, [](Ops& o, uint64_t s) { return rmsnormCase(o, s, 4, 96); }},
+        Case{"embed", "vocab=50 d=96 rows=4", DTYPE_F32, "-", NEED_NONE, false,
+             [](Ops& o, uint64_t s) { return embedCase(o, s, DTYPE_F32, 50, 96, 4); }},
+        Case{"convSilu", "B=4 T=1 C=160 K=4", DTYPE_F32, "-", NEED_NONE, false,
+             [](Ops& o, uint64_t s) { return convSiluCase(o, s, 4, 1, 160, 4); }},
+        Case{"selectiveScan", "B=4 T=1 C=160 N=16 dtProj", DTYPE_F32, "fast", NEED_NONE, false,
+             [](Ops& o, uint64_t s) { return scanCase(o, s, 4, 1, 160, 16, true, 0, DTYPE_F32); }},
+    };
+    for (const Case& c : inference) t.push_back(graphed(c));
+
     for (const Case& c : training) t.push_back(determinism(c, false));
     for (const Case& c : training) t.push_back(determinism(c, true));
     return t;

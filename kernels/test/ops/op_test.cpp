@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
             else if ((c.needs & NEED_TRAINING) && !caps.training) why = "no training ops";
             else if ((c.needs & NEED_LOWP) && !caps.lowp_storage && !o.forceLowp) why = "no 16-bit storage";
             else if ((c.needs & NEED_HOST_THREADS) && t.name != "cpu") why = "CPU thread counts";
+            else if ((c.needs & NEED_GRAPHS) && !caps.graphs) why = "no graphs";
             if (why) {
                 tally.skipped++;
                 if (o.verbose) printLine(t.name, c, "SKIP", why);

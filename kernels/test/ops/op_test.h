@@ -121,7 +121,7 @@ Compare padding(const std::string& what, const std::vector<float>& v, int64_t ro
 // ---------------------------------------------------------------- cases
 
 /** What a case needs of a backend, beyond the inference stages every backend has. */
-enum Need : unsigned { NEED_NONE = 0, NEED_TRAINING = 1, NEED_LOWP = 2, NEED_HOST_THREADS = 4 };
+enum Need : unsigned { NEED_NONE = 0, NEED_TRAINING = 1, NEED_LOWP = 2, NEED_HOST_THREADS = 4, NEED_GRAPHS = 8 };
 
 /** A case made ready on one backend: inputs uploaded, outputs poisoned. */
 struct Prepared {
