@@ -171,12 +171,12 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
         const float du = delta * u;
         const float* Bt = s.bc + r * s.ldbc;
         const float* Ct = Bt + N;
-        scanStep<NS>(h, a2, delta, du, Bt, n0, N);
         if (k.mode == kChunkLocal) {
             dsum += delta;
+            scanStep<NS>(h, a2, delta, du, Bt, n0, N);
             continue;
         }
-        float acc = scanOutput<NS>(h, Ct, n0, N);
+        float acc = scanStepOutput<NS>(h, a2, delta, du, Bt, Ct, n0, N);
         for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
         if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
     }
