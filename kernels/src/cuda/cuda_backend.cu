@@ -25,6 +25,9 @@ bool envOff(const char* name) {
     return v && std::strcmp(v, "0") == 0;
 }
 
+/** Floats from the first to one past the last element of a row-major [rows, cols] block with row stride ld. */
+int64_t span(int64_t rows, int64_t ld, int64_t cols) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
+
 /** [a, a + n) and [b, b + m) (floats) do not overlap. */
 bool disjoint(const float* a, int64_t n, const float* b, int64_t m) { return a + n <= b || b + m <= a; }
 }  // namespace
@@ -279,6 +282,7 @@ void CudaBackend::zero(float* p, int64_t n) {
 
 void CudaBackend::synchronize() {
     Lock lock(mu_);
+    requireNotCapturing("synchronize");
     enter();
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
@@ -312,9 +316,10 @@ bool CudaBackend::fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) co
     if (!fuse_ || rows < 1 || rows > kGemvMaxRows) return false;
     const Matrix& w = linear.w;
     if (!gemvNormFusable(exec_, static_cast<int>(rows), forwardStorage(w, "normLinear"), w.dtype, w.in)) return false;
-    return disjoint(norm.x, rows * norm.ldx, norm.y, rows * norm.ldy) &&
-           disjoint(linear.c, rows * linear.ldc, norm.x, rows * norm.ldx) &&
-           disjoint(linear.c, rows * linear.ldc, norm.y, rows * norm.ldy);
+    const int64_t x_n = span(rows, norm.ldx, norm.d), y_n = span(rows, norm.ldy, norm.d);
+    const int64_t c_n = span(rows, linear.ldc, w.out);
+    return disjoint(norm.x, x_n, norm.y, y_n) && disjoint(linear.c, c_n, norm.x, x_n) &&
+           disjoint(linear.c, c_n, norm.y, y_n);
 }
 
 bool CudaBackend::normLinearFuses(const RmsNormArgs& norm, const Gemm& linear) {
@@ -330,8 +335,8 @@ void CudaBackend::normLinear(const RmsNormArgs& norm, const Gemm& linear) {
     if (fuseNormLinear(norm, linear)) {
         const Matrix& w = linear.w;
         const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
-        gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), forwardStorage(w, "normLinear"), w.dtype, w.out, w.in,
-             linear.bias, linear.c, linear.ldc, linear.beta, &prologue);
+        gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), forwardStorage(w, "normLinear"), w.dtype,
+             w.out, w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue);
         return;
     }
     cuda::rmsnorm(nextExec(), norm);
@@ -382,8 +387,8 @@ void requireDtProjectionContract(const ScanArgs& s, const Gemm& p) {
     require(p.c == s.dt, "selectiveScan: dtProj must write the scan's dt");
     require(p.rows == rows, "selectiveScan: dtProj has " + std::to_string(p.rows) + " rows, the scan " +
                                 std::to_string(rows));
-    require(p.w.out == s.channels, "selectiveScan: dtProj writes " + std::to_string(p.w.out) + " columns, the scan has " +
-                                       std::to_string(s.channels) + " channels");
+    require(p.w.out == s.channels, "selectiveScan: dtProj writes " + std::to_string(p.w.out) +
+                                       " columns, the scan has " + std::to_string(s.channels) + " channels");
     require(p.rows <= 1 || p.ldc == s.channels,
             "selectiveScan: dtProj writes dt with stride " + std::to_string(p.ldc) + ", the scan reads stride " +
                 std::to_string(s.channels));
@@ -392,11 +397,17 @@ void requireDtProjectionContract(const ScanArgs& s, const Gemm& p) {
 
 bool CudaBackend::fuseDtProjection(const ScanArgs& s, const Gemm* p, const ScanCheckpoints* ck,
                                    const ScanPlan& plan) const {
-    // The scan computes dt = x·W_dtᵀ + b per (row, channel) and writes it; x must not overlap dt.
+    // The scan computes dt = x·W_dtᵀ + b per (row, channel) and writes it while other threads still read
+    // their inputs: dt may overlap none of x, B/C, u and z.
     if (!p || ck || !fuse_) return false;
     const int64_t rows = p->rows;
-    return rows >= 1 && rows <= kGemvMaxRows && p->beta == 0.f && p->w.in <= kDtFuseMaxRank &&
-           dtProjectionFusable(s, plan) && disjoint(p->c, rows * p->ldc, p->a, rows * p->lda);
+    if (rows < 1 || rows > kGemvMaxRows || p->beta != 0.f || p->w.in > kDtFuseMaxRank || !dtProjectionFusable(s, plan))
+        return false;
+    const int64_t dt_n = span(rows, s.channels, s.channels);
+    return disjoint(p->c, dt_n, p->a, span(rows, p->lda, p->w.in)) &&
+           disjoint(p->c, dt_n, s.bc, span(rows, s.ldbc, 2 * static_cast<int64_t>(s.d_state))) &&
+           disjoint(p->c, dt_n, s.u, span(rows, s.channels, s.channels)) &&
+           disjoint(p->c, dt_n, s.z, span(rows, s.ldz, s.channels));
 }
 
 bool CudaBackend::scanFusesDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) {
@@ -412,7 +423,8 @@ void CudaBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const Sca
     ScanPlan plan = planFor(s, checkpoints);
     if (fuseDtProjection(s, dtProj, checkpoints, plan)) {
         const Gemm& p = *dtProj;
-        const DtProjection dt{forwardStorage(p.w, "selectiveScan (dtProj)"), p.w.dtype, p.a, p.lda, p.bias, p.w.in, p.c, false};
+        const DtProjection dt{forwardStorage(p.w, "selectiveScan (dtProj)"), p.w.dtype, p.a, p.lda, p.bias, p.w.in,
+                              p.c, false};
         cuda::selectiveScan(nextExec(), s, plan, nullptr, &dt);
         return;
     }
@@ -483,6 +495,7 @@ void CudaBackend::scale(float* x, int64_t n, float s) {
 double CudaBackend::sumOfSquares(const float* x, int64_t n) {
     Lock lock(mu_);
     if (n <= 0) return 0.0;
+    requireNotCapturing("sumOfSquares (it reads its result back)");
     enter();
     return train::sumOfSquares(nextExec(), x, n, trainScratch());
 }
@@ -498,6 +511,7 @@ void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n,
 double CudaBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
     Lock lock(mu_);
     if (n <= 0) return 0.0;
+    requireNotCapturing("mse (it reads its result back)");
     enter();
     return train::mse(nextExec(), y, target, n, scale, dy, trainScratch());
 }
@@ -549,6 +563,8 @@ void* CudaBackend::endCapture() {
     capturing_ = false;
     for (void* p : deferred_) freeNow(p);
     deferred_.clear();
+    for (void* old : deferred_graphs_) destroyGraph(old);
+    deferred_graphs_.clear();
     if (e != cudaSuccess) {
         if (graph) cudaGraphDestroy(graph);
         throwCuda(e, "CUDA graph capture (cudaStreamEndCapture)");
@@ -572,6 +588,10 @@ void CudaBackend::replay(void* graph) {
 void CudaBackend::destroyGraph(void* graph) noexcept {
     if (!graph) return;
     Lock lock(mu_);
+    if (capturing_) {  // synchronising would break the capture: destroy it when the capture ends
+        deferred_graphs_.push_back(graph);
+        return;
+    }
     if (cudaSetDevice(ordinal_) != cudaSuccess) cudaGetLastError();
     cudaStreamSynchronize(stream_);  // a replay may still be running
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));

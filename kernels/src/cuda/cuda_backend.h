@@ -155,6 +155,7 @@ private:
     // graphs
     bool capturing_ = false;
     std::vector<void*> deferred_;  // frees asked for during a capture
+    std::vector<void*> deferred_graphs_;  // graphs destroyed during a capture
     std::vector<void*> retired_;   // old workspaces that a live graph may still point at
     int live_graphs_ = 0;
     // pinned staging of small transfers: no driver-side bounce, no extra synchronisation for uploads

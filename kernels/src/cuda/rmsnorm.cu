@@ -63,10 +63,12 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 void rmsnorm(const Exec& ex, const RmsNormArgs& a) {
     if (a.rows <= 0 || a.d <= 0) return;
-    if (a.rows > 0x7fffffff) throw std::invalid_argument("rmsnorm: " + std::to_string(a.rows) + " rows exceed 2^31 - 1");
+    if (a.rows > 0x7fffffff)
+        throw std::invalid_argument("rmsnorm: " + std::to_string(a.rows) + " rows exceed 2^31 - 1");
     const int d = a.d;
     const int threads = d <= 1024 ? 128 : d <= 4096 ? 256 : 512;
-    const bool vec = d % 4 == 0 && a.ldx % 4 == 0 && a.ldy % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w);
+    const bool vec =
+        d % 4 == 0 && a.ldx % 4 == 0 && a.ldy % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w);
     if (vec)
         launch("rmsnorm", ex, rmsnormKernel<true>, dim3(static_cast<unsigned>(a.rows)), dim3(threads), 0, a.x, a.ldx,
                a.w, d, a.eps, a.y, a.ldy);

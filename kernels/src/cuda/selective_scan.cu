@@ -316,7 +316,8 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
     const int ns = plan.ns, S = plan.lanes;
     ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr, DtProjection{}, nullptr, 0, 0};
     if (dt) {
-        if (plan.chunked || ck) throw std::logic_error("selectiveScan: the fused Δ projection needs the plain sequential scan");
+        if (plan.chunked || ck)
+            throw std::logic_error("selectiveScan: the fused Δ projection needs the plain sequential scan");
         k.dt = *dt;
         const int V = (dt->wdtype == DTYPE_BF16 || dt->wdtype == DTYPE_F16) ? 8 : 4;
         k.dt.vec = dt->rank % V == 0 && aligned16(dt->w) && aligned16(dt->x) && dt->ldx % 4 == 0;
@@ -326,7 +327,8 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
     }
     if (ck) {
         if (plan.chunked) throw std::logic_error("selectiveScan: checkpoints need the sequential scan");
-        if (ck->chunk < 1) throw std::invalid_argument("selectiveScan: checkpoint chunk " + std::to_string(ck->chunk) + " < 1");
+        if (ck->chunk < 1)
+            throw std::invalid_argument("selectiveScan: checkpoint chunk " + std::to_string(ck->chunk) + " < 1");
         if (!ck->data) throw std::invalid_argument("selectiveScan: null checkpoint buffer");
         k.ckpt = ck->data;
         k.ck_chunk = ck->chunk;

@@ -219,7 +219,8 @@ void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& a, int g, size_t s
     if (smem > 48 * 1024) {
         const size_t most = std::min<size_t>(static_cast<size_t>(kNormFuseMaxWidth) * kGemvMaxRows * sizeof(float),
                                              static_cast<size_t>(ex.smem_optin));
-        if (smem > most) throw std::logic_error("gemv: the rmsnorm prologue needs more shared memory than the device has");
+        if (smem > most)
+            throw std::logic_error("gemv: the rmsnorm prologue needs more shared memory than the device has");
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)),
               "cudaFuncSetAttribute (gemv shared memory)");
     }
