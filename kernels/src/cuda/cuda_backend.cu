@@ -297,15 +297,17 @@ void CudaBackend::rmsnorm(const RmsNormArgs& a) {
 
 namespace {
 void requireNormLinearContract(const RmsNormArgs& norm, const Gemm& linear) {
-    require(linear.kind == GemmKind::Forward, "normLinear: the product must be a Forward product");
-    require(linear.a == norm.y, "normLinear: the product's input must be the rmsnorm's output");
-    require(linear.rows == norm.rows, "normLinear: the product has " + std::to_string(linear.rows) +
-                                          " rows, the rmsnorm " + std::to_string(norm.rows));
-    require(linear.w.in == norm.d, "normLinear: the weight takes " + std::to_string(linear.w.in) +
-                                       " inputs, the rmsnorm writes " + std::to_string(norm.d));
-    require(linear.rows <= 1 || linear.lda == norm.ldy,
-            "normLinear: the product reads its input with stride " + std::to_string(linear.lda) +
-                ", the rmsnorm writes stride " + std::to_string(norm.ldy));
+    if (linear.kind != GemmKind::Forward) fail("normLinear: the product must be a Forward product");
+    if (linear.a != norm.y) fail("normLinear: the product's input must be the rmsnorm's output");
+    if (linear.rows != norm.rows)
+        fail("normLinear: the product has " + std::to_string(linear.rows) + " rows, the rmsnorm " +
+             std::to_string(norm.rows));
+    if (linear.w.in != norm.d)
+        fail("normLinear: the weight takes " + std::to_string(linear.w.in) + " inputs, the rmsnorm writes " +
+             std::to_string(norm.d));
+    if (linear.rows > 1 && linear.lda != norm.ldy)
+        fail("normLinear: the product reads its input with stride " + std::to_string(linear.lda) +
+             ", the rmsnorm writes stride " + std::to_string(norm.ldy));
 }
 }  // namespace
 
@@ -383,15 +385,16 @@ ScanPlan CudaBackend::planFor(const ScanArgs& s, const ScanCheckpoints* ck) cons
 namespace {
 void requireDtProjectionContract(const ScanArgs& s, const Gemm& p) {
     const int64_t rows = static_cast<int64_t>(s.batch) * s.steps;
-    require(p.kind == GemmKind::Forward, "selectiveScan: dtProj must be a Forward product");
-    require(p.c == s.dt, "selectiveScan: dtProj must write the scan's dt");
-    require(p.rows == rows, "selectiveScan: dtProj has " + std::to_string(p.rows) + " rows, the scan " +
-                                std::to_string(rows));
-    require(p.w.out == s.channels, "selectiveScan: dtProj writes " + std::to_string(p.w.out) +
-                                       " columns, the scan has " + std::to_string(s.channels) + " channels");
-    require(p.rows <= 1 || p.ldc == s.channels,
-            "selectiveScan: dtProj writes dt with stride " + std::to_string(p.ldc) + ", the scan reads stride " +
-                std::to_string(s.channels));
+    if (p.kind != GemmKind::Forward) fail("selectiveScan: dtProj must be a Forward product");
+    if (p.c != s.dt) fail("selectiveScan: dtProj must write the scan's dt");
+    if (p.rows != rows)
+        fail("selectiveScan: dtProj has " + std::to_string(p.rows) + " rows, the scan " + std::to_string(rows));
+    if (p.w.out != s.channels)
+        fail("selectiveScan: dtProj writes " + std::to_string(p.w.out) + " columns, the scan has " +
+             std::to_string(s.channels) + " channels");
+    if (p.rows > 1 && p.ldc != s.channels)
+        fail("selectiveScan: dtProj writes dt with stride " + std::to_string(p.ldc) + ", the scan reads stride " +
+             std::to_string(s.channels));
 }
 }  // namespace
 

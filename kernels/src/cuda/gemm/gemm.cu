@@ -50,47 +50,42 @@ int toInt(int64_t v, const char* op, const char* what) {
 
 bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
+[[noreturn]] void badLd(const char* op, const char* name, int64_t ld, int64_t cols) {
+    fail(std::string(op) + ": " + name + " = " + std::to_string(ld) + " < " + std::to_string(cols) + " columns");
+}
+
+/** Host checks of a product's arguments (messages are built only on failure: this runs on every call). */
 void validate(const Gemm& g) {
     const char* op = kindName(g.kind);
-    require(g.rows >= 0, std::string(op) + ": rows = " + std::to_string(g.rows) + " is negative");
-    require(g.w.out >= 0 && g.w.in >= 0, std::string(op) + ": weight shape [" + std::to_string(g.w.out) + ", " +
-                                             std::to_string(g.w.in) + "] is negative");
+    if (g.rows < 0) fail(std::string(op) + ": rows = " + std::to_string(g.rows) + " is negative");
+    if (g.w.out < 0 || g.w.in < 0)
+        fail(std::string(op) + ": weight shape [" + std::to_string(g.w.out) + ", " + std::to_string(g.w.in) +
+             "] is negative");
     if (g.rows == 0) return;
-    require(g.a != nullptr && g.c != nullptr, std::string(op) + ": null operand");
-    const int64_t a_cols = g.kind == GemmKind::Forward ? g.w.in : g.w.out;
-    const int64_t c_cols = g.kind == GemmKind::Forward ? g.w.out : g.w.in;
-    if (g.rows > 1) require(g.lda >= a_cols, std::string(op) + ": lda = " + std::to_string(g.lda) + " < " +
-                                                 std::to_string(a_cols) + " columns");
-    switch (g.kind) {
-        case GemmKind::Forward:
-        case GemmKind::BackwardData:
-            if (g.rows > 1) require(g.ldc >= c_cols, std::string(op) + ": ldc = " + std::to_string(g.ldc) + " < " +
-                                                         std::to_string(c_cols) + " columns");
-            break;
-        case GemmKind::WeightGrad:
-            require(g.b != nullptr, std::string(op) + ": null x");
-            if (g.rows > 1) require(g.ldb >= g.w.in, std::string(op) + ": ldb = " + std::to_string(g.ldb) + " < " +
-                                                         std::to_string(g.w.in) + " columns");
-            break;
+    if (!g.a || !g.c) fail(std::string(op) + ": null operand");
+    const bool fwd = g.kind == GemmKind::Forward;
+    const int64_t a_cols = fwd ? g.w.in : g.w.out, c_cols = fwd ? g.w.out : g.w.in;
+    if (g.rows > 1 && g.lda < a_cols) badLd(op, "lda", g.lda, a_cols);
+    if (g.kind == GemmKind::WeightGrad) {
+        if (!g.b) fail(std::string(op) + ": null x");
+        if (g.rows > 1 && g.ldb < g.w.in) badLd(op, "ldb", g.ldb, g.w.in);
+    } else if (g.rows > 1 && g.ldc < c_cols) {
+        badLd(op, "ldc", g.ldc, c_cols);
     }
 }
 
 }  // namespace
 
 const void* forwardStorage(const Matrix& w, const char* op) {
-    const std::string shape = "[" + std::to_string(w.out) + ", " + std::to_string(w.in) + "]";
-    switch (w.dtype) {
-        case DTYPE_F32:
-        case DTYPE_TF32:
-            require(w.f32 != nullptr, std::string(op) + ": an F32/TF32 matrix " + shape + " without f32 values");
-            return w.f32;
-        case DTYPE_BF16:
-        case DTYPE_F16:
-            require(w.lowp != nullptr, std::string(op) + ": a " + (w.dtype == DTYPE_BF16 ? "BF16" : "F16") +
-                                           " matrix " + shape + " without its 2-byte values");
-            return w.lowp;
-        default: fail(std::string(op) + ": unknown storage dtype code " + std::to_string(w.dtype));
-    }
+    const bool lowp = isLowp(w.dtype);
+    if (!lowp && w.dtype != DTYPE_F32 && w.dtype != DTYPE_TF32)
+        fail(std::string(op) + ": unknown storage dtype code " + std::to_string(w.dtype));
+    const void* p = lowp ? w.lowp : static_cast<const void*>(w.f32);
+    if (!p)
+        fail(std::string(op) + ": a " + (w.dtype == DTYPE_BF16 ? "BF16" : w.dtype == DTYPE_F16 ? "F16" : "F32/TF32") +
+             " matrix [" + std::to_string(w.out) + ", " + std::to_string(w.in) + "] without its " +
+             (lowp ? "2-byte" : "f32") + " values");
+    return p;
 }
 
 void CudaBackend::gemm(const Gemm& g) {
@@ -159,8 +154,9 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
 
 void CudaBackend::gemmBackwardData(const Gemm& g) {
     const Matrix& w = g.w;
-    require(w.f32 != nullptr, "gemm (BackwardData): the weight [" + std::to_string(w.out) + ", " +
-                                  std::to_string(w.in) + "] has no f32 values (the backward reads W as f32)");
+    if (!w.f32)
+        fail("gemm (BackwardData): the weight [" + std::to_string(w.out) + ", " + std::to_string(w.in) +
+             "] has no f32 values (the backward reads W as f32)");
     if (w.in == 0) return;  // (out == 0: cuBLAS scales dx by beta, like an empty sum)
     const char* op = "gemm (BackwardData)";
     const int n_rows = toInt(g.rows, op, "rows");
