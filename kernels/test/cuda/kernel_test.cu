@@ -745,15 +745,15 @@ struct LayerOn {
 };
 
 /** A captured decode step replays to the same bits as the same calls made eagerly. */
-void checkGraph(int dtype, int B) {
-    LayerHost host(256);
+void checkGraph(int dtype, int B, int D = 256) {
+    LayerHost host(D);
     LayerOn layer(*be, host, dtype, B);
     auto x = randv(static_cast<size_t>(B) * host.D, -1, 1);
     auto st = randv(static_cast<size_t>(B * host.stateRow()), -0.5, 0.5);
     auto eager = layer.run(x, st, 5, false);
     auto graph = layer.run(x, st, 5, true);
-    report("graph replay == eager", fmt("B=%d, 5 decode steps, %s", B, B > 8 ? "cuBLAS" : "gemv"), dtypeName(dtype),
-           bitsEqual(eager, graph) ? 0 : 1, 0);
+    report("graph replay == eager", fmt("B=%d d=%d, 5 decode steps, %s", B, D, B > 8 ? "cuBLAS" : "gemv"),
+           dtypeName(dtype), bitsEqual(eager, graph) ? 0 : 1, 0);
 }
 
 /**
@@ -1631,6 +1631,7 @@ int main(int argc, char** argv) {
                 checkNormLinear(dt, 1, 768, 3072, fused);
                 checkNormLinear(dt, 3, 2560, 512, fused);
                 checkNormLinear(dt, 8, 128, 300, fused);
+                checkNormLinear(dt, 8, 2048, 256, fused);  // 64 KiB of normalised rows: the shared-memory opt-in
                 checkDtScan(dt, 1, 1536, 16, 48, fused);
                 checkDtScan(dt, 4, 300, 16, 20, fused);
                 checkDtScan(dt, 2, 64, 64, 7, fused);
@@ -1640,6 +1641,7 @@ int main(int argc, char** argv) {
             checkGraph(dt, 1);
             checkGraph(dt, 4);
             checkGraph(dt, 16);
+            checkGraph(dt, 8, 2048);  // the fused gemv's shared-memory opt-in during a capture
             checkContexts(dt, 2);
             checkContexts(dt, 16);
         }
