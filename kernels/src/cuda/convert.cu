@@ -1,19 +1,14 @@
-// Element-wise stages: -exp(A_log), f32 → bf16/f16 weight copies, packing activations for a
-// low-precision GEMM, and the bias/beta pre-pass of a cuBLAS linear. All grid-stride, 64-bit indices.
+// Element-wise stages: -exp(A_log), f32 ↔ bf16/f16 copies, packing activations for a low-precision
+// GEMM, and the bias/beta pre-pass of a cuBLAS product. All grid-stride, 64-bit indices.
 #include "kernels.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "lowp.cuh"
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace mamba::cuda {
 namespace {
-
-template <typename T> __device__ __forceinline__ T fromFloat(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
 
 unsigned gridFor(const Exec& ex, int64_t n, int threads) {
     const int64_t want = (n + threads - 1) / threads;
@@ -34,7 +29,16 @@ __global__ void toLowpKernel(const float* __restrict__ src, T* __restrict__ dst,
     pdlLaunchDependents();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        dst[i] = fromFloat<T>(src[i]);
+        dst[i] = toStorage<T>(src[i]);
+}
+
+template <typename T>
+__global__ void fromLowpKernel(const T* __restrict__ src, float* __restrict__ dst, int64_t n) {
+    pdlWait();
+    pdlLaunchDependents();
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        dst[i] = toFloat(src[i]);
 }
 
 template <typename T>
@@ -45,7 +49,7 @@ __global__ void rowsToLowpKernel(const float* __restrict__ x, int64_t ldx, int64
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t r = i / cols, c = i % cols;
-        dst[i] = fromFloat<T>(x[r * ldx + c]);
+        dst[i] = toStorage<T>(x[r * ldx + c]);
     }
 }
 
@@ -79,6 +83,18 @@ void toLowp(const Exec& ex, const float* src, void* dst, int64_t n, int dtype) {
                static_cast<__half*>(dst), n);
     else
         throw std::invalid_argument("toLowPrecision: dtype code " + std::to_string(dtype) + " is not BF16 or F16");
+}
+
+void fromLowp(const Exec& ex, const void* src, int dtype, float* dst, int64_t n) {
+    if (n <= 0) return;
+    if (dtype == DTYPE_BF16)
+        launch("fromLowPrecision(bf16)", ex, fromLowpKernel<__nv_bfloat16>, dim3(gridFor(ex, n, 256)), dim3(256), 0,
+               static_cast<const __nv_bfloat16*>(src), dst, n);
+    else if (dtype == DTYPE_F16)
+        launch("fromLowPrecision(f16)", ex, fromLowpKernel<__half>, dim3(gridFor(ex, n, 256)), dim3(256), 0,
+               static_cast<const __half*>(src), dst, n);
+    else
+        throw std::invalid_argument("fromLowPrecision: dtype code " + std::to_string(dtype) + " is not BF16 or F16");
 }
 
 void rowsToLowp(const Exec& ex, const float* x, int64_t ldx, int64_t rows, int cols, void* dst, int dtype) {

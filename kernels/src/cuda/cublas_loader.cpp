@@ -1,5 +1,7 @@
 #include "cublas_loader.h"
 
+#include "core/errors.h"
+
 #include <dlfcn.h>
 
 #include <mutex>
@@ -71,6 +73,7 @@ void checkCublas(int status, const char* what) {
     const char* name = statusName(status);
     std::string s = name ? name : "cuBLAS status " + std::to_string(status);
     if (!name && cublas().statusString) s += std::string(" (") + cublas().statusString(status) + ")";
+    if (status == kCublasAllocFailed) throw OutOfMemoryError(std::string(what) + " failed: " + s);
     throw std::runtime_error(std::string(what) + " failed: " + s);
 }
 

@@ -15,6 +15,7 @@ using cublasHandle = void*;
 
 enum : int {
     kCublasSuccess = 0,
+    kCublasAllocFailed = 3,
     kCublasOpN = 0,
     kCublasOpT = 1,
     kCublasDefaultMath = 0,
@@ -42,7 +43,10 @@ struct CublasApi {
 /** Loads libcublas.so.13, else libcublas.so.12, once per process; throws std::runtime_error if neither loads. */
 const CublasApi& cublas();
 
-/** Throws std::runtime_error("<what> failed: CUBLAS_STATUS_…") unless status is success. */
+/**
+ * Throws std::runtime_error("<what> failed: CUBLAS_STATUS_…") unless status is success
+ * (mamba::OutOfMemoryError for CUBLAS_STATUS_ALLOC_FAILED).
+ */
 void checkCublas(int status, const char* what);
 
 }  // namespace mamba::cuda

@@ -1,31 +1,22 @@
-// The CUDA backend: device memory, transfers, dispatch of each stage to its kernels or to cuBLAS, stage
-// fusion for decode, and CUDA graphs. Kernels live in one file per stage (kernels.h lists them).
+// The CUDA backend context: device memory, transfers, the inference stages with their two named fusions,
+// the training stages, and CUDA graphs. Products are in gemm/gemm.cu; kernels in one file per stage
+// (kernels.h, train_kernels.h list them).
 #include "cuda_backend.h"
 
-#include "../common/devices.h"
 #include "mamba/mamba.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
+#include <string>
 
-namespace mamba {
-namespace cuda {
+namespace mamba::cuda {
 
 namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // cuBLAS' recommendation for Hopper
 constexpr size_t kLowpWorkspaceBytes = 32u << 20;    // bf16/f16 activations of one cuBLAS chunk
 constexpr size_t kPinnedMaxBytes = 64u << 20;        // larger transfers go straight from pageable memory
-constexpr int kDtFuseMaxRank = 1024;                 // linears this narrow may be fused into the scan
-
-int toInt(int64_t v, const char* what) {
-    if (v > std::numeric_limits<int>::max())
-        throw std::invalid_argument(std::string("linear: ") + what + " = " + std::to_string(v) +
-                                    " exceeds the 32-bit range of cuBLAS");
-    return static_cast<int>(v);
-}
 
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
@@ -34,55 +25,54 @@ bool envOff(const char* name) {
     return v && std::strcmp(v, "0") == 0;
 }
 
+/** Floats from the first to one past the last element of a row-major [rows, cols] block with row stride ld. */
+int64_t span(int64_t rows, int64_t ld, int64_t cols) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
+
 /** [a, a + n) and [b, b + m) (floats) do not overlap. */
 bool disjoint(const float* a, int64_t n, const float* b, int64_t m) { return a + n <= b || b + m <= a; }
 }  // namespace
+
+// ---- the context ----
 
 CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
     check(cudaSetDevice(ordinal), "cudaSetDevice");
     int major = 0;
     check(cudaDeviceGetAttribute(&exec_.sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&exec_.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
+          "cudaDeviceGetAttribute");
     pdl_ = major >= 9 && !envOff("MAMBA_CUDA_PDL");
     fuse_ = !envOff("MAMBA_CUDA_FUSE");
-    try {
-        check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-        exec_.stream = stream_;
-        exec_.pdl = pdl_;
-        check(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming), "cudaEventCreate");
-        const CublasApi& api = cublas();
-        checkCublas(api.create(&blas_), "cublasCreate_v2");
-        checkCublas(api.setStream(blas_, stream_), "cublasSetStream_v2");
-        check(cudaMalloc(&blas_ws_, kCublasWorkspaceBytes), "cudaMalloc (cuBLAS workspace)");
-        // A fixed workspace, set before any capture: captured GEMMs then allocate nothing.
-        checkCublas(api.setWorkspace(blas_, blas_ws_, kCublasWorkspaceBytes), "cublasSetWorkspace_v2");
-        check(cudaMalloc(&lowp_ws_, kLowpWorkspaceBytes), "cudaMalloc (activation workspace)");
-        lowp_ws_bytes_ = kLowpWorkspaceBytes;
-        setMath(kCublasDefaultMath);
-    } catch (...) {
-        if (blas_) cublas().destroy(blas_);
-        if (blas_ws_) cudaFree(blas_ws_);
-        if (lowp_ws_) cudaFree(lowp_ws_);
-        if (up_done_) cudaEventDestroy(up_done_);
-        if (stream_) cudaStreamDestroy(stream_);
-        cudaGetLastError();
-        throw;
-    }
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    exec_.stream = stream_;
+    exec_.pdl = pdl_;
 }
 
 CudaBackend::~CudaBackend() {
+    // Errors are ignored: a destructor must not throw, and the device may be in any state here.
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(stream_);
-    if (blas_) cublas().destroy(blas_);
+    if (blas_) cublas().destroy(blas_);  // (the library was loaded when the handle was made)
     freeNow(blas_ws_);
     freeNow(lowp_ws_);
     freeNow(scan_ws_);
     for (float* p : train_ws_) freeNow(p);
+    for (void* p : deferred_) freeNow(p);
     releaseRetired();
     if (pin_up_) cudaFreeHost(pin_up_);
     if (pin_down_) cudaFreeHost(pin_down_);
-    cudaEventDestroy(up_done_);
+    if (up_done_) cudaEventDestroy(up_done_);
     cudaStreamDestroy(stream_);
+    cudaGetLastError();
+}
+
+Capabilities CudaBackend::capabilities() const {
+    Capabilities c;
+    c.host = false;
+    c.training = true;
+    c.graphs = true;
+    c.lowp_storage = true;
+    return c;
 }
 
 void CudaBackend::enter() {
@@ -97,72 +87,99 @@ Exec CudaBackend::nextExec() {
     return e;
 }
 
+void CudaBackend::requireNotCapturing(const char* what) const {
+    if (capturing_)
+        throw std::logic_error(std::string("CUDA backend: ") + what + " is not allowed during a CUDA graph capture");
+}
+
+void* CudaBackend::deviceMalloc(size_t bytes, const char* what) {
+    requireNotCapturing("allocating device memory");
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess) return p;
+    cudaGetLastError();  // allocation failures are not sticky: clear and carry on
+    if (e == cudaErrorMemoryAllocation) {
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        cudaGetLastError();
+        throw OutOfMemoryError(std::string(what) + ": cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" +
+                               std::to_string(ordinal_) + " failed (" + mib(free_b) + " free of " + mib(total_b) + ")");
+    }
+    throwCuda(e, std::string(what) + ": cudaMalloc of " + std::to_string(bytes) + " bytes");
+}
+
+cublasHandle CudaBackend::blas() {
+    if (blas_) return blas_;
+    requireNotCapturing("creating the cuBLAS handle");
+    const CublasApi& api = cublas();
+    cublasHandle h = nullptr;
+    checkCublas(api.create(&h), "cublasCreate_v2");
+    void* ws = nullptr;
+    try {
+        checkCublas(api.setStream(h, stream_), "cublasSetStream_v2");
+        // A fixed workspace, set before any capture: captured products then allocate nothing.
+        ws = deviceMalloc(kCublasWorkspaceBytes, "cuBLAS workspace");
+        checkCublas(api.setWorkspace(h, ws, kCublasWorkspaceBytes), "cublasSetWorkspace_v2");
+        checkCublas(api.setMathMode(h, kCublasDefaultMath), "cublasSetMathMode");
+    } catch (...) {
+        api.destroy(h);
+        if (ws) cudaFree(ws);
+        cudaGetLastError();
+        throw;
+    }
+    blas_ = h;
+    blas_ws_ = ws;
+    math_mode_ = kCublasDefaultMath;
+    return blas_;
+}
+
+void* CudaBackend::lowpWorkspace() {
+    if (!lowp_ws_) {
+        requireNotCapturing("creating the activation workspace");
+        lowp_ws_ = deviceMalloc(kLowpWorkspaceBytes, "activation workspace");
+        lowp_ws_bytes_ = kLowpWorkspaceBytes;
+    }
+    return lowp_ws_;
+}
+
 void CudaBackend::setMath(int mode) {
     if (mode == math_mode_) return;
-    checkCublas(cublas().setMathMode(blas_, mode), "cublasSetMathMode");
+    checkCublas(cublas().setMathMode(blas(), mode), "cublasSetMathMode");
     math_mode_ = mode;
 }
 
 void CudaBackend::setScanAlgo(ScanAlgo algo, int chunk) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    flush();
+    Lock lock(mu_);
     scan_algo_ = algo;
     scan_chunk_ = chunk;
 }
 
 void CudaBackend::setPdl(bool on) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    flush();
+    Lock lock(mu_);
     int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal_);
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal_) != cudaSuccess) cudaGetLastError();
     pdl_ = on && major >= 9;
 }
 
 void CudaBackend::setFusion(bool on) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    flush();
+    Lock lock(mu_);
     fuse_ = on;
 }
 
-void CudaBackend::flushPending() {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    enter();
-    flush();
-}
-
-void CudaBackend::flush() {
-    if (pn_.on) {
-        pn_.on = false;
-        cuda::rmsnorm(nextExec(), pn_.x, pn_.ldx, pn_.w, pn_.rows, pn_.d, pn_.eps, pn_.y, pn_.ldy);
-    }
-    if (pl_.on) {
-        pl_.on = false;
-        runLinear(pl_.x, pl_.ldx, pl_.rows, pl_.w, pl_.bias, pl_.y, pl_.ldy, pl_.beta);
-    }
+void CudaBackend::setGemvGroup(int G) {
+    Lock lock(mu_);
+    exec_.gemv_group = G;
 }
 
 // ---- memory ----
 
 float* CudaBackend::alloc(int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n < 0) throw std::invalid_argument("alloc: negative size " + std::to_string(n));
-    if (capturing_) throw std::logic_error("CudaBackend::alloc called during a CUDA graph capture");
+    requireNotCapturing("alloc");
     enter();
     const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(float);
-    void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();  // allocation failures are not sticky: clear and carry on
-        if (e == cudaErrorMemoryAllocation) {
-            size_t free_b = 0, total_b = 0;
-            cudaMemGetInfo(&free_b, &total_b);
-            cudaGetLastError();
-            throw OutOfMemoryError("cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" +
-                                   std::to_string(ordinal_) + " failed (" + mib(free_b) + " free of " +
-                                   mib(total_b) + ")");
-        }
-        throwCuda(e, "cudaMalloc of " + std::to_string(bytes) + " bytes");
-    }
+    void* p = deviceMalloc(bytes, "alloc");
     const cudaError_t z = cudaMemsetAsync(p, 0, bytes, stream_);
     if (z != cudaSuccess) {
         cudaFree(p);
@@ -180,13 +197,8 @@ void CudaBackend::freeNow(void* p) noexcept {
 
 void CudaBackend::release(float* p) noexcept {
     if (!p) return;
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (cudaSetDevice(ordinal_) != cudaSuccess) cudaGetLastError();
-    try {
-        flush();  // a pending stage may read p
-    } catch (...) {
-        // its error surfaces again at the next synchronising call
-    }
     if (capturing_) {  // cudaFree would break the capture; free it when the capture ends
         deferred_.push_back(p);
         return;
@@ -216,14 +228,15 @@ void* CudaBackend::pinned(void*& buf, size_t& cap, size_t bytes) {
 }
 
 void CudaBackend::upload(float* dst, const float* host, int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n <= 0) return;
+    requireNotCapturing("upload");  // a captured copy would replay whatever the staging buffer holds then
     enter();
-    flush();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     serialize_next_ = true;  // uploads may write weights: the next kernel must not prefetch them early
+    if (!up_done_) check(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventSynchronize(up_done_), "cudaEventSynchronize (upload staging)");
-    if (void* stage = capturing_ ? nullptr : pinned(pin_up_, pin_up_cap_, bytes)) {
+    if (void* stage = pinned(pin_up_, pin_up_cap_, bytes)) {
         // Through pinned memory: the caller's buffer is free on return, and the copy itself runs
         // asynchronously in stream order (nothing waits for it here).
         std::memcpy(stage, host, bytes);
@@ -237,12 +250,12 @@ void CudaBackend::upload(float* dst, const float* host, int64_t n) {
 }
 
 void CudaBackend::download(float* host, const float* src, int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n <= 0) return;
+    requireNotCapturing("download");
     enter();
-    flush();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (void* stage = capturing_ ? nullptr : pinned(pin_down_, pin_down_cap_, bytes)) {
+    if (void* stage = pinned(pin_down_, pin_down_cap_, bytes)) {
         check(cudaMemcpyAsync(stage, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
         check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after download");
         std::memcpy(host, stage, bytes);
@@ -253,180 +266,191 @@ void CudaBackend::download(float* host, const float* src, int64_t n) {
 }
 
 void CudaBackend::copy(float* dst, const float* src, int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n <= 0 || dst == src) return;
     enter();
-    flush();
     check(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
           "cudaMemcpyAsync (device to device)");
 }
 
 void CudaBackend::zero(float* p, int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n <= 0) return;
     enter();
-    flush();
     check(cudaMemsetAsync(p, 0, static_cast<size_t>(n) * sizeof(float), stream_), "cudaMemsetAsync");
 }
 
-// ---- stages ----
-
-void CudaBackend::linear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
-                         int64_t ldy, float beta) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (rows <= 0) return;
+void CudaBackend::synchronize() {
+    Lock lock(mu_);
+    requireNotCapturing("synchronize");
     enter();
-    const bool lowp = w.lowp && (w.lowp_dtype == DTYPE_BF16 || w.lowp_dtype == DTYPE_F16);
-    const int wdtype = lowp ? w.lowp_dtype : DTYPE_F32;
-    const void* wp = lowp ? w.lowp : w.f32;
-    // rmsnorm → linear on its output: one gemv kernel normalises its input itself.
-    if (pn_.on && x == pn_.y && ldx == pn_.ldy && rows == pn_.rows && w.in == pn_.d && rows <= kGemvMaxRows &&
-        gemvNormFusable(wp, wdtype, w.in) && disjoint(y, rows * ldy, pn_.x, rows * pn_.ldx) &&
-        disjoint(y, rows * ldy, pn_.y, rows * pn_.ldy)) {
-        pn_.on = false;
-        const NormPrologue norm{pn_.x, pn_.ldx, pn_.w, pn_.eps, pn_.y, pn_.ldy};
-        gemv(nextExec(), x, ldx, static_cast<int>(rows), wp, wdtype, w.out, w.in, bias, y, ldy, beta, &norm);
-        return;
-    }
-    flush();
-    // A narrow decode linear may be the scan's Δ projection: keep it until we see the next call.
-    if (fuse_ && rows <= kGemvMaxRows && beta == 0.f && w.in <= kDtFuseMaxRank) {
-        pl_ = PendingLinear{true, x, ldx, rows, w, bias, y, ldy, beta};
-        return;
-    }
-    runLinear(x, ldx, rows, w, bias, y, ldy, beta);
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
-void CudaBackend::runLinear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
-                            int64_t ldy, float beta) {
-    const bool lowp = w.lowp && (w.lowp_dtype == DTYPE_BF16 || w.lowp_dtype == DTYPE_F16);
-    const int wdtype = lowp ? w.lowp_dtype : DTYPE_F32;
-    const Exec e = nextExec();
-    if (rows <= kGemvMaxRows) {
-        // Decode: HBM-bound matrix-vector products; f32 storage (F32 and TF32) runs in exact f32 here.
-        gemv(e, x, ldx, static_cast<int>(rows), lowp ? w.lowp : w.f32, wdtype, w.out, w.in, bias, y, ldy, beta);
-        return;
-    }
-    // cuBLAS is column-major: row-major y[rows, out] (stride ldy) is the column-major out×rows matrix C
-    // with ldc = ldy, x is in×rows with ld = ldx, and W [out, in] is in×out with ld = in, so
-    // C = op(W)ᵀ-as-stored · x, i.e. transa = T, transb = N, m = out, n = rows, k = in.
-    if (bias) {
-        biasInit(e, y, ldy, rows, w.out, bias, beta);
-        beta = 1.f;
-    }
-    const CublasApi& api = cublas();
-    const float one = 1.f;
-    const int m = w.out, k = w.in;
-    if (!lowp) {
-        setMath(w.lowp_dtype == DTYPE_TF32 ? kCublasTf32TensorOpMath : kCublasDefaultMath);
-        checkCublas(api.sgemm(blas_, kCublasOpT, kCublasOpN, m, toInt(rows, "rows"), k, &one, w.f32, k, x,
-                              toInt(ldx, "ldx"), &beta, y, toInt(ldy, "ldy")),
-                    "cublasSgemm_v2");
-        return;
-    }
-    // bf16/f16 weights: cublasGemmEx needs both operands in 16 bits, so the activations are packed to the
-    // weight type in a fixed workspace (chunks of rows), products accumulate in f32 into f32 y.
-    setMath(kCublasDefaultMath);
-    const cudaDataType type = wdtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / k);
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        const int64_t n = std::min(chunk, rows - r0);
-        rowsToLowp(e, x + r0 * ldx, ldx, n, k, lowp_ws_, wdtype);
-        checkCublas(api.gemmEx(blas_, kCublasOpT, kCublasOpN, m, static_cast<int>(n), k, &one, w.lowp, type, k,
-                               lowp_ws_, type, k, &beta, y + r0 * ldy, CUDA_R_32F, toInt(ldy, "ldy"),
-                               kCublasCompute32F, kCublasGemmDefault),
-                    "cublasGemmEx");
-    }
+// ---- inference stages ----
+
+void CudaBackend::rmsnorm(const RmsNormArgs& a) {
+    Lock lock(mu_);
+    enter();
+    cuda::rmsnorm(nextExec(), a);
 }
 
-void CudaBackend::rmsnorm(const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
-                          int64_t ldy) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    enter();
-    if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("rmsnorm: too many rows");
-    flush();
-    if (fuse_ && rows >= 1 && rows <= kGemvMaxRows && d <= kNormFuseMaxWidth &&
-        disjoint(x, rows * ldx, y, rows * ldy)) {
-        pn_ = PendingNorm{true, x, ldx, w, rows, d, eps, y, ldy};  // a linear on y may take it over
-        return;
-    }
-    cuda::rmsnorm(nextExec(), x, ldx, w, rows, d, eps, y, ldy);
+namespace {
+void requireNormLinearContract(const RmsNormArgs& norm, const Gemm& linear) {
+    if (linear.kind != GemmKind::Forward) fail("normLinear: the product must be a Forward product");
+    if (linear.a != norm.y) fail("normLinear: the product's input must be the rmsnorm's output");
+    if (linear.rows != norm.rows)
+        fail("normLinear: the product has " + std::to_string(linear.rows) + " rows, the rmsnorm " +
+             std::to_string(norm.rows));
+    if (linear.w.in != norm.d)
+        fail("normLinear: the weight takes " + std::to_string(linear.w.in) + " inputs, the rmsnorm writes " +
+             std::to_string(norm.d));
+    if (linear.rows > 1 && linear.lda != norm.ldy)
+        fail("normLinear: the product reads its input with stride " + std::to_string(linear.lda) +
+             ", the rmsnorm writes stride " + std::to_string(norm.ldy));
+}
+}  // namespace
+
+bool CudaBackend::fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const {
+    // One gemv kernel normalises its input rows into shared memory and writes them to norm.y as well. Its
+    // blocks read norm.x while block 0 writes norm.y and every block writes y, so those may not overlap.
+    const int64_t rows = linear.rows;
+    if (!fuse_ || rows < 1 || rows > kGemvMaxRows) return false;
+    const Matrix& w = linear.w;
+    if (!gemvNormFusable(exec_, static_cast<int>(rows), forwardStorage(w, "normLinear"), w.dtype, w.in)) return false;
+    const int64_t x_n = span(rows, norm.ldx, norm.d), y_n = span(rows, norm.ldy, norm.d);
+    const int64_t c_n = span(rows, linear.ldc, w.out);
+    return disjoint(norm.x, x_n, norm.y, y_n) && disjoint(linear.c, c_n, norm.x, x_n) &&
+           disjoint(linear.c, c_n, norm.y, y_n);
 }
 
-void CudaBackend::embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+bool CudaBackend::normLinearFuses(const RmsNormArgs& norm, const Gemm& linear) {
+    Lock lock(mu_);
+    requireNormLinearContract(norm, linear);
+    return fuseNormLinear(norm, linear);
+}
+
+void CudaBackend::normLinear(const RmsNormArgs& norm, const Gemm& linear) {
+    Lock lock(mu_);
+    requireNormLinearContract(norm, linear);
     enter();
-    flush();
-    if (rows > std::numeric_limits<int>::max()) throw std::invalid_argument("embed: too many rows");
-    cuda::embed(nextExec(), table, ids, rows, d, out);
+    if (fuseNormLinear(norm, linear)) {
+        const Matrix& w = linear.w;
+        const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
+        gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), forwardStorage(w, "normLinear"), w.dtype,
+             w.out, w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue);
+        return;
+    }
+    cuda::rmsnorm(nextExec(), norm);
+    runGemm(linear);
+}
+
+void CudaBackend::embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) {
+    Lock lock(mu_);
+    enter();
+    cuda::embed(nextExec(), forwardStorage(table, "embed"), table.dtype, ids, rows, table.in, out);
 }
 
 void CudaBackend::negExp(const float* a_log, float* a, int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     enter();
-    flush();
     cuda::negExp(nextExec(), a_log, a, n);
     serialize_next_ = true;  // A is read before pdlWait() by the scan
 }
 
 void CudaBackend::toLowPrecision(const float* src, void* dst, int64_t n, int dtype) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     enter();
-    flush();
     toLowp(nextExec(), src, dst, n, dtype);
     serialize_next_ = true;  // weights are prefetched before pdlWait() by the gemv
 }
 
-void CudaBackend::convSilu(const ConvArgs& args) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+void CudaBackend::fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) {
+    Lock lock(mu_);
     enter();
-    flush();
-    cuda::convSilu(nextExec(), args);
+    fromLowp(nextExec(), src, dtype, dst, n);
+    serialize_next_ = true;  // the f32 values may be weights, which the gemv prefetches before pdlWait()
 }
 
-void CudaBackend::selectiveScan(const ScanArgs& args) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+void CudaBackend::convSilu(const ConvArgs& a) {
+    Lock lock(mu_);
     enter();
-    if (pl_.on && pl_.y == args.dt && pl_.ldy == args.channels && pl_.w.out == args.channels && pl_.beta == 0.f &&
-        pl_.rows == static_cast<int64_t>(args.batch) * args.steps) {
-        const Exec e = exec_;
-        const ScanPlan plan = planScan(e, args, scan_algo_, scan_chunk_);
-        const int64_t R = pl_.rows;
-        if (dtProjectionFusable(args, plan) && disjoint(pl_.y, R * pl_.ldy, pl_.x, R * pl_.ldx)) {
-            pl_.on = false;
-            const bool lowp = pl_.w.lowp && (pl_.w.lowp_dtype == DTYPE_BF16 || pl_.w.lowp_dtype == DTYPE_F16);
-            const DtProjection dt{lowp ? pl_.w.lowp : pl_.w.f32, lowp ? pl_.w.lowp_dtype : DTYPE_F32, pl_.x, pl_.ldx,
-                                  pl_.bias, pl_.w.in, pl_.y, false};
-            cuda::selectiveScan(nextExec(), args, plan, nullptr, &dt);
-            return;
-        }
+    cuda::convSilu(nextExec(), a);
+}
+
+ScanPlan CudaBackend::planFor(const ScanArgs& s, const ScanCheckpoints* ck) const {
+    return planScan(exec_, s, scan_algo_, scan_chunk_, ck != nullptr);
+}
+
+namespace {
+void requireDtProjectionContract(const ScanArgs& s, const Gemm& p) {
+    const int64_t rows = static_cast<int64_t>(s.batch) * s.steps;
+    if (p.kind != GemmKind::Forward) fail("selectiveScan: dtProj must be a Forward product");
+    if (p.c != s.dt) fail("selectiveScan: dtProj must write the scan's dt");
+    if (p.rows != rows)
+        fail("selectiveScan: dtProj has " + std::to_string(p.rows) + " rows, the scan " + std::to_string(rows));
+    if (p.w.out != s.channels)
+        fail("selectiveScan: dtProj writes " + std::to_string(p.w.out) + " columns, the scan has " +
+             std::to_string(s.channels) + " channels");
+    if (p.rows > 1 && p.ldc != s.channels)
+        fail("selectiveScan: dtProj writes dt with stride " + std::to_string(p.ldc) + ", the scan reads stride " +
+             std::to_string(s.channels));
+}
+}  // namespace
+
+bool CudaBackend::fuseDtProjection(const ScanArgs& s, const Gemm* p, const ScanCheckpoints* ck,
+                                   const ScanPlan& plan) const {
+    // The scan computes dt = x·W_dtᵀ + b per (row, channel) and writes it while other threads still read
+    // their inputs: dt may overlap none of x, B/C, u and z.
+    if (!p || ck || !fuse_) return false;
+    const int64_t rows = p->rows;
+    if (rows < 1 || rows > kGemvMaxRows || p->beta != 0.f || p->w.in > kDtFuseMaxRank || !dtProjectionFusable(s, plan))
+        return false;
+    const int64_t dt_n = span(rows, s.channels, s.channels);
+    return disjoint(p->c, dt_n, p->a, span(rows, p->lda, p->w.in)) &&
+           disjoint(p->c, dt_n, s.bc, span(rows, s.ldbc, 2 * static_cast<int64_t>(s.d_state))) &&
+           disjoint(p->c, dt_n, s.u, span(rows, s.channels, s.channels)) &&
+           disjoint(p->c, dt_n, s.z, span(rows, s.ldz, s.channels));
+}
+
+bool CudaBackend::scanFusesDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) {
+    Lock lock(mu_);
+    if (dtProj) requireDtProjectionContract(s, *dtProj);
+    return fuseDtProjection(s, dtProj, checkpoints, planFor(s, checkpoints));
+}
+
+void CudaBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) {
+    Lock lock(mu_);
+    if (dtProj) requireDtProjectionContract(s, *dtProj);
+    enter();
+    ScanPlan plan = planFor(s, checkpoints);
+    if (fuseDtProjection(s, dtProj, checkpoints, plan)) {
+        const Gemm& p = *dtProj;
+        const DtProjection dt{forwardStorage(p.w, "selectiveScan (dtProj)"), p.w.dtype, p.a, p.lda, p.bias, p.w.in,
+                              p.c, false};
+        cuda::selectiveScan(nextExec(), s, plan, nullptr, &dt);
+        return;
     }
-    flush();
+    if (dtProj) runGemm(*dtProj);
     const Exec e = nextExec();
-    ScanPlan plan = planScan(e, args, scan_algo_, scan_chunk_);
     if (plan.chunked && plan.workspace_floats > scan_ws_floats_) {
         if (capturing_) {
-            plan = planScan(e, args, ScanAlgo::Sequential);  // no allocation inside a capture
+            plan = planScan(e, s, ScanAlgo::Sequential);  // no allocation inside a capture
         } else {
-            float* bigger = alloc(plan.workspace_floats);
+            float* bigger = static_cast<float*>(deviceMalloc(static_cast<size_t>(plan.workspace_floats) * sizeof(float),
+                                                             "scan workspace"));
             if (scan_ws_) {
-                if (live_graphs_ > 0) retired_.push_back(scan_ws_);
+                if (live_graphs_ > 0) retired_.push_back(scan_ws_);  // a live graph may still use it
                 else freeNow(scan_ws_);
             }
             scan_ws_ = bigger;
             scan_ws_floats_ = plan.workspace_floats;
         }
     }
-    cuda::selectiveScan(e, args, plan, scan_ws_);
+    cuda::selectiveScan(e, s, plan, scan_ws_, nullptr, checkpoints);
 }
 
 // ---- training ----
-
-Exec CudaBackend::trainEnter() {
-    enter();
-    flush();
-    return nextExec();
-}
 
 float* CudaBackend::growTrainWorkspace(void* self, int slot, int64_t floats) {
     CudaBackend& be = *static_cast<CudaBackend*>(self);
@@ -434,7 +458,8 @@ float* CudaBackend::growTrainWorkspace(void* self, int slot, int64_t floats) {
     if (floats > be.train_ws_floats_[slot]) {
         // Grow with headroom so slowly growing shapes do not reallocate every call.
         const int64_t want = std::max<int64_t>(floats, be.train_ws_floats_[slot] + be.train_ws_floats_[slot] / 2);
-        float* bigger = be.alloc(want);
+        float* bigger = static_cast<float*>(be.deviceMalloc(static_cast<size_t>(want) * sizeof(float),
+                                                            "training workspace"));
         be.freeNow(be.train_ws_[slot]);  // synchronises first: queued kernels may still use the old one
         be.train_ws_[slot] = bigger;
         be.train_ws_floats_[slot] = want;
@@ -444,95 +469,81 @@ float* CudaBackend::growTrainWorkspace(void* self, int slot, int64_t floats) {
 
 train::Scratch CudaBackend::trainScratch() { return train::Scratch{this, &CudaBackend::growTrainWorkspace}; }
 
-void CudaBackend::linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
-                                 float beta) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (rows <= 0) return;
-    trainEnter();
-    setMath(kCublasDefaultMath);  // true f32, whatever the forward's storage
-    train::linearBackward(blas_, dy, lddy, rows, w.f32, w.out, w.in, dx, lddx, beta);
+void CudaBackend::rmsnormBackward(const RmsNormBackwardArgs& a) {
+    Lock lock(mu_);
+    if (a.rows <= 0) return;
+    enter();
+    train::rmsnormBackward(nextExec(), a, trainScratch());
 }
 
-void CudaBackend::linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out,
-                                   int in, float* dw, float* dbias) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (rows <= 0) return;
-    const Exec e = trainEnter();
-    setMath(kCublasDefaultMath);
-    train::linearWeightGrad(e, blas_, dy, lddy, x, ldx, rows, out, in, dw, dbias, trainScratch());
+void CudaBackend::convSiluBackward(const ConvBackwardArgs& a) {
+    Lock lock(mu_);
+    enter();
+    train::convSiluBackward(nextExec(), a, trainScratch());
 }
 
-void CudaBackend::rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy,
-                                  int64_t rows, int d, float eps, float* dx, int64_t lddx, float beta, float* dw) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (rows <= 0) return;
-    const Exec e = trainEnter();
-    train::rmsnormBackward(e, x, ldx, w, dy, lddy, rows, d, eps, dx, lddx, beta, dw, trainScratch());
-}
-
-void CudaBackend::convSiluBackward(const ConvBackwardArgs& args) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    const Exec e = trainEnter();
-    train::convSiluBackward(e, args, trainScratch());
-}
-
-void CudaBackend::selectiveScanTrain(const ScanArgs& args, float* checkpoints, int chunk) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    const Exec e = trainEnter();
-    train::selectiveScanTrain(e, args, checkpoints, chunk);
-}
-
-void CudaBackend::selectiveScanBackward(const ScanBackwardArgs& args) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    const Exec e = trainEnter();
-    train::selectiveScanBackward(e, args, trainScratch());
+void CudaBackend::selectiveScanBackward(const ScanBackwardArgs& a) {
+    Lock lock(mu_);
+    enter();
+    train::selectiveScanBackward(nextExec(), a, trainScratch());
 }
 
 void CudaBackend::scale(float* x, int64_t n, float s) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (n <= 0) return;  // (also the trainer's probe for training support)
-    const Exec e = trainEnter();
-    train::scale(e, x, n, s);
+    Lock lock(mu_);
+    if (n <= 0) return;
+    enter();
+    train::scale(nextExec(), x, n, s);
 }
 
 double CudaBackend::sumOfSquares(const float* x, int64_t n) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n <= 0) return 0.0;
-    const Exec e = trainEnter();
-    return train::sumOfSquares(e, x, n, trainScratch());
+    requireNotCapturing("sumOfSquares (it reads its result back)");
+    enter();
+    return train::sumOfSquares(nextExec(), x, n, trainScratch());
 }
 
-void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& args) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
+    Lock lock(mu_);
     if (n <= 0) return;
-    const Exec e = trainEnter();
-    train::adamw(e, p, g, m, v, n, args);
+    enter();
+    train::adamw(nextExec(), p, g, m, v, n, a);
     serialize_next_ = true;  // weights changed: the next kernel must not prefetch them before its pdlWait()
 }
 
 double CudaBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (n <= 0) return 0.0;
-    const Exec e = trainEnter();
-    return train::mse(e, y, target, n, scale, dy, trainScratch());
+    requireNotCapturing("mse (it reads its result back)");
+    enter();
+    return train::mse(nextExec(), y, target, n, scale, dy, trainScratch());
 }
 
-void CudaBackend::crossEntropy(const float* logits, int64_t rows, int vocab, const int32_t* targets, int ignore_index,
-                               float scale, float* loss, float* correct, float* dlogits) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    if (rows <= 0) return;
-    const Exec e = trainEnter();
-    train::crossEntropy(e, logits, rows, vocab, targets, ignore_index, scale, loss, correct, dlogits);
+void CudaBackend::crossEntropy(const CrossEntropyArgs& a) {
+    Lock lock(mu_);
+    if (a.rows <= 0) return;
+    enter();
+    train::crossEntropy(nextExec(), a);
 }
 
 // ---- graphs ----
 
 void CudaBackend::beginCapture() {
-    mu_.lock();  // held until endCapture(): no other thread's work may enter the graph
+    mu_.lock();  // held until endCapture() (same thread): no other call on this context may enter the graph
     try {
         if (capturing_) throw std::logic_error("beginCapture: a capture is already in progress");
         enter();
-        flush();  // pending eager work stays eager
+        // Whatever a captured product may need is created now, outside the capture (first use of graphs).
+        try {
+            blas();
+            lowpWorkspace();
+        } catch (const OutOfMemoryError&) {
+            throw;
+        } catch (const std::runtime_error&) {
+            // no cuBLAS on this machine: products of more than kGemvMaxRows rows fail inside the capture
+        }
+        // Thread-local mode: only this thread's unsafe calls are checked, and only this stream is recorded,
+        // so other contexts (other streams, other threads) neither break the capture nor enter it.
         check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         capturing_ = true;
         serialize_next_ = true;  // the graph's first kernel follows an upload
@@ -543,23 +554,23 @@ void CudaBackend::beginCapture() {
 }
 
 void* CudaBackend::endCapture() {
-    if (!capturing_) throw std::logic_error("endCapture without beginCapture");
-    std::unique_lock<std::recursive_mutex> lock(mu_, std::adopt_lock);  // the hold taken in beginCapture
-    cudaError_t flushed = cudaSuccess;
-    try {
-        flush();  // the pending stage belongs to the graph
-    } catch (...) {
-        flushed = cudaErrorUnknown;
-        pn_.on = pl_.on = false;
+    mu_.lock();
+    if (!capturing_) {
+        mu_.unlock();
+        throw std::logic_error("endCapture without beginCapture");
     }
+    std::unique_lock<std::recursive_mutex> this_call(mu_, std::adopt_lock);
+    std::unique_lock<std::recursive_mutex> from_begin(mu_, std::adopt_lock);  // the hold taken in beginCapture
     cudaGraph_t graph = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
     capturing_ = false;
     for (void* p : deferred_) freeNow(p);
     deferred_.clear();
-    if (e != cudaSuccess || flushed != cudaSuccess) {
+    for (void* old : deferred_graphs_) destroyGraph(old);
+    deferred_graphs_.clear();
+    if (e != cudaSuccess) {
         if (graph) cudaGraphDestroy(graph);
-        throwCuda(e != cudaSuccess ? e : flushed, "CUDA graph capture (cudaStreamEndCapture)");
+        throwCuda(e, "CUDA graph capture (cudaStreamEndCapture)");
     }
     cudaGraphExec_t exec = nullptr;
     const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
@@ -570,16 +581,20 @@ void* CudaBackend::endCapture() {
 }
 
 void CudaBackend::replay(void* graph) {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
     if (!graph) throw std::invalid_argument("replay: null graph");
+    requireNotCapturing("replay");
     enter();
-    flush();
     check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_), "cudaGraphLaunch");
 }
 
 void CudaBackend::destroyGraph(void* graph) noexcept {
     if (!graph) return;
-    std::lock_guard<std::recursive_mutex> lock(mu_);
+    Lock lock(mu_);
+    if (capturing_) {  // synchronising would break the capture: destroy it when the capture ends
+        deferred_graphs_.push_back(graph);
+        return;
+    }
     if (cudaSetDevice(ordinal_) != cudaSuccess) cudaGetLastError();
     cudaStreamSynchronize(stream_);  // a replay may still be running
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
@@ -590,26 +605,4 @@ void CudaBackend::destroyGraph(void* graph) noexcept {
     }
 }
 
-void CudaBackend::synchronize() {
-    std::lock_guard<std::recursive_mutex> lock(mu_);
-    enter();
-    flush();
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-}
-
-}  // namespace cuda
-
-Backend& cudaBackend(int ordinal) {
-    const int n = cudaDeviceCount();
-    if (n == 0) throw std::runtime_error("no CUDA device: " + cudaUnavailableReason());
-    if (ordinal < 0 || ordinal >= n)
-        throw std::runtime_error("no CUDA device " + std::to_string(ordinal) + ": " + std::to_string(n) + " present");
-    static std::mutex mu;
-    static std::vector<cuda::CudaBackend*> backends;  // never destroyed: the driver may be gone at exit
-    std::lock_guard<std::mutex> lock(mu);
-    if (backends.size() < static_cast<size_t>(n)) backends.resize(static_cast<size_t>(n), nullptr);
-    if (!backends[ordinal]) backends[ordinal] = new cuda::CudaBackend(ordinal);
-    return *backends[ordinal];
-}
-
-}  // namespace mamba
+}  // namespace mamba::cuda

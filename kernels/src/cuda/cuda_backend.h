@@ -1,80 +1,86 @@
-// The CUDA backend: one instance per device (cudaBackend(ordinal)), owning a stream, a cuBLAS handle bound
-// to it with a fixed workspace, pinned staging buffers and the scratch buffers of the stages. Every call is
-// serialised by a per-device lock, held by the capturing thread from beginCapture() to endCapture() so
-// that no other thread's work can slip into a graph.
+// The CUDA backend: one CONTEXT per owner (a model with its states and trainer, or a Tensor), made by
+// newCudaBackend(ordinal). A context owns a non-blocking stream and, created on first use, its cuBLAS
+// handle (bound to the stream, with a fixed workspace), the bf16/f16 activation workspace of cuBLAS
+// products, the chunked scan's and the training stages' workspaces and the pinned staging buffers of
+// transfers. Nothing mutable is shared between contexts: two models on one device run on two streams
+// with two handles and never see each other's scratch. A per-context lock serialises the calls made on
+// one context; it is held by the capturing thread from beginCapture() to endCapture().
 //
-// Stage fusion: a decode-sized rmsnorm (≤ kGemvMaxRows rows) is not launched at once but kept pending;
-// if the next call is a linear reading its output, one gemv kernel does both. Likewise a small linear is
-// kept pending and, if the next call is the scan consuming it as dt, the scan computes it. Every other
-// call launches what is pending first, so callers see the same results in the same order — any new
-// method that touches device memory must call flush() first.
+// Ops are launched as they are called; nothing is deferred or fused behind the caller's back. The two
+// fusions of a decode step are the named ops normLinear (the rmsnorm prologue inside the gemv) and
+// selectiveScan with dtProj (the Δ projection inside the sequential scan). Every product goes through
+// gemm() (gemm/gemm.cu).
 //
-// Training (the stages at the end of Backend): kernels in train_*.cu (train_kernels.h), cuBLAS in true
-// f32 for the backward products, growable workspaces per stage (train_ws_), no atomics: results are
-// bit-identical from run to run on the same GPU model.
+// Graphs: beginCapture() records this context's stream in cudaStreamCaptureModeThreadLocal, so other
+// threads' CUDA calls (other contexts) neither break the capture nor enter it; everything a captured op
+// might allocate (cuBLAS handle and workspaces) is created before the capture starts, and workspaces
+// that grow while graphs are alive are retired, not freed, until the last graph is destroyed.
+//
+// Training: kernels in train_*.cu (train_kernels.h), cuBLAS in true f32 for the backward products,
+// growable workspaces per stage, no atomics: results are bit-identical from run to run on the same GPU.
 #pragma once
 
-#include "../common/backend.h"
 #include "cublas_loader.h"
 #include "kernels.h"
+#include "ops/ops.h"
 #include "train_kernels.h"
 
 #include <mutex>
-#include <string>
 #include <vector>
 
 namespace mamba::cuda {
 
-class CudaBackend final : public Backend {
+/**
+ * The values a Forward product (or an embedding gather) reads from w: w.lowp for BF16/F16, w.f32 for
+ * F32/TF32; the other pointer may be null. Throws std::invalid_argument, naming `op`, when the pointer
+ * it needs is null (gemm/gemm.cu).
+ */
+const void* forwardStorage(const Matrix& w, const char* op);
+
+class CudaBackend final : public Ops {
 public:
+    /** A context on device `ordinal` (which must exist): its stream only; everything else on first use. */
     explicit CudaBackend(int ordinal);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
 
-    bool isHost() const override { return false; }
+    Capabilities capabilities() const override;
+
     float* alloc(int64_t n) override;
     void release(float* p) noexcept override;
     void upload(float* dst, const float* host, int64_t n) override;
     void download(float* host, const float* src, int64_t n) override;
     void copy(float* dst, const float* src, int64_t n) override;
     void zero(float* p, int64_t n) override;
+    void synchronize() override;
 
-    void linear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y, int64_t ldy,
-                float beta) override;
-    void rmsnorm(const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
-                 int64_t ldy) override;
-    void embed(const float* table, const int32_t* ids, int64_t rows, int d, float* out) override;
+    void gemm(const Gemm& g) override;  // gemm/gemm.cu
+
+    void rmsnorm(const RmsNormArgs& a) override;
+    void normLinear(const RmsNormArgs& norm, const Gemm& linear) override;
+    void embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) override;
     void negExp(const float* a_log, float* a, int64_t n) override;
-    void convSilu(const ConvArgs& args) override;
-    void selectiveScan(const ScanArgs& args) override;
     void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) override;
+    void fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) override;
+    void convSilu(const ConvArgs& a) override;
+    void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) override;
 
-    bool supportsGraphs() const override { return true; }
     void beginCapture() override;
     void* endCapture() override;
     void replay(void* graph) override;
     void destroyGraph(void* graph) noexcept override;
-    void synchronize() override;
 
-    // ---- training (train_*.cu) ----
-    void linearBackward(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
-                        float beta) override;
-    void linearWeightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out, int in,
-                          float* dw, float* dbias) override;
-    void rmsnormBackward(const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy, int64_t rows,
-                         int d, float eps, float* dx, int64_t lddx, float beta, float* dw) override;
-    void convSiluBackward(const ConvBackwardArgs& args) override;
-    void selectiveScanTrain(const ScanArgs& args, float* checkpoints, int chunk) override;
-    void selectiveScanBackward(const ScanBackwardArgs& args) override;
+    void rmsnormBackward(const RmsNormBackwardArgs& a) override;
+    void convSiluBackward(const ConvBackwardArgs& a) override;
+    void selectiveScanBackward(const ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
     double sumOfSquares(const float* x, int64_t n) override;
-    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& args) override;
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;
     double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
-    void crossEntropy(const float* logits, int64_t rows, int vocab, const int32_t* targets, int ignore_index,
-                      float scale, float* loss, float* correct, float* dlogits) override;
+    void crossEntropy(const CrossEntropyArgs& a) override;
 
-    // ---- for the kernel tests and benchmarks ----
+    // ---- for the kernel tests and benchmarks (each acts on this context only) ----
     int ordinal() const { return ordinal_; }
     cudaStream_t stream() const { return stream_; }
     int multiprocessors() const { return exec_.sms; }
@@ -83,23 +89,45 @@ public:
     /** Turns programmatic dependent launch on or off (on by default on Hopper; env MAMBA_CUDA_PDL=0 disables). */
     void setPdl(bool on);
     bool pdl() const { return pdl_; }
-    /** Turns stage fusion on or off (on by default; env MAMBA_CUDA_FUSE=0 disables). */
+    /**
+     * Turns the fused kernels of the named fusions (normLinear, selectiveScan with dtProj) on or off (on by
+     * default; env MAMBA_CUDA_FUSE=0 disables): off runs them as their two ops.
+     */
     void setFusion(bool on);
-    /** Launches a deferred stage now (timing code records its end event after this). */
-    void flushPending();
+    /** Forces the group size of vectorised gemvs (8 … 256; 0 restores the automatic choice). */
+    void setGemvGroup(int G);
+    /** Whether normLinear(norm, linear) would take the fused gemv (for tests of the decision). */
+    bool normLinearFuses(const RmsNormArgs& norm, const Gemm& linear);
+    /** Whether selectiveScan(s, dtProj, checkpoints) would compute the Δ projection inside the scan. */
+    bool scanFusesDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints);
 
 private:
+    using Lock = std::lock_guard<std::recursive_mutex>;
+
     void enter();      // makes our device current for this thread
     Exec nextExec();   // the launch settings for the next stage
     void setMath(int mode);
-    void flush();      // launches the pending (deferred) stage, if any
-    void runLinear(const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias, float* y,
-                   int64_t ldy, float beta);
+    /** The handle, created (with its fixed workspace, bound to our stream) on first use; never in a capture. */
+    cublasHandle blas();
+    /** The fixed bf16/f16 activation workspace of cuBLAS products, created on first use; never in a capture. */
+    void* lowpWorkspace();
+    /** cudaMalloc that reports failures as OutOfMemoryError (naming the device and its free memory). */
+    void* deviceMalloc(size_t bytes, const char* what);
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
     void freeNow(void* p) noexcept;
     void releaseRetired() noexcept;
-    /** The lock is held: starts a training stage (device current, pending stage launched, its Exec). */
-    Exec trainEnter();
+    void requireNotCapturing(const char* what) const;
+
+    // gemm/gemm.cu (the lock is held)
+    void runGemm(const Gemm& g);
+    void gemmForward(const Exec& e, const Gemm& g);
+    void gemmBackwardData(const Gemm& g);
+    void gemmWeightGrad(const Exec& e, const Gemm& g);
+    // the fusion decisions (the lock is held)
+    bool fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const;
+    bool fuseDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck, const ScanPlan& plan) const;
+    ScanPlan planFor(const ScanArgs& s, const ScanCheckpoints* ck) const;
+
     /** A training stage's workspace (see train::Scratch); grows outside captures only. */
     train::Scratch trainScratch();
     static float* growTrainWorkspace(void* self, int slot, int64_t floats);
@@ -107,8 +135,16 @@ private:
     std::recursive_mutex mu_;
     const int ordinal_;
     cudaStream_t stream_ = nullptr;
+    Exec exec_;
+    bool pdl_ = false;
+    bool serialize_next_ = true;  // the next stage must not overlap its predecessor (weights just changed)
+    bool fuse_ = true;
+    ScanAlgo scan_algo_ = ScanAlgo::Auto;
+    int scan_chunk_ = 0;
+    // created on first use
     cublasHandle blas_ = nullptr;
     void* blas_ws_ = nullptr;
+    int math_mode_ = -1;
     void* lowp_ws_ = nullptr;   // activations packed to bf16/f16 for cublasGemmEx
     size_t lowp_ws_bytes_ = 0;
     float* scan_ws_ = nullptr;  // chunk states of the chunked scan, grown outside captures
@@ -116,15 +152,11 @@ private:
     static constexpr int kTrainSlots = 8;
     float* train_ws_[kTrainSlots] = {};   // training workspaces by slot (train_kernels.h says who uses which)
     int64_t train_ws_floats_[kTrainSlots] = {};
-    Exec exec_;
-    bool pdl_ = false;
-    bool serialize_next_ = true;  // the next stage must not overlap its predecessor (weights just changed)
-    int math_mode_ = -1;
-    ScanAlgo scan_algo_ = ScanAlgo::Auto;
-    int scan_chunk_ = 0;
+    // graphs
     bool capturing_ = false;
     std::vector<void*> deferred_;  // frees asked for during a capture
-    std::vector<void*> retired_;   // old scratch that a live graph may still point at
+    std::vector<void*> deferred_graphs_;  // graphs destroyed during a capture
+    std::vector<void*> retired_;   // old workspaces that a live graph may still point at
     int live_graphs_ = 0;
     // pinned staging of small transfers: no driver-side bounce, no extra synchronisation for uploads
     void* pin_up_ = nullptr;
@@ -132,30 +164,6 @@ private:
     cudaEvent_t up_done_ = nullptr;  // the last upload's copy out of pin_up_ has finished
     void* pin_down_ = nullptr;
     size_t pin_down_cap_ = 0;
-    // deferred stages (see the header comment)
-    bool fuse_ = true;
-    struct PendingNorm {
-        bool on = false;
-        const float* x;
-        int64_t ldx;
-        const float* w;
-        int64_t rows;
-        int d;
-        float eps;
-        float* y;
-        int64_t ldy;
-    } pn_;
-    struct PendingLinear {
-        bool on = false;
-        const float* x;
-        int64_t ldx;
-        int64_t rows;
-        Matrix w;
-        const float* bias;
-        float* y;
-        int64_t ldy;
-        float beta;
-    } pl_;
 };
 
 }  // namespace mamba::cuda

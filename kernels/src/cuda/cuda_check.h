@@ -2,7 +2,7 @@
 // Every CUDA call goes through check(); messages name the call that failed and the runtime's words.
 #pragma once
 
-#include "../common/errors.h"
+#include "core/errors.h"
 
 #include <cuda_runtime.h>
 
@@ -28,6 +28,8 @@ struct Exec {
     cudaStream_t stream = nullptr;
     bool pdl = false;     // programmatic dependent launch (Hopper+): see docs/cuda-backend.md
     int sms = 132;        // multiprocessors of the device
+    int smem_optin = 0;   // the most dynamic shared memory a block may opt in to (bytes)
+    int gemv_group = 0;   // forced gemv group size (tests and benchmarks; 0: chosen from the shape)
 };
 
 /**

@@ -1,11 +1,17 @@
-// CUDA device discovery. Safe on machines without a driver or GPU: every query reports
-// "no CUDA device" (with the runtime's reason) instead of failing.
-#include "../common/devices.h"
-#include "../common/errors.h"
+// CUDA device discovery and the backend factory. Safe on machines without a driver or GPU: every query
+// reports "no CUDA device" (with the runtime's reason) instead of failing. The probe runs once per process
+// and is read-only afterwards; each newCudaBackend() call makes a new, independent context.
+#include "core/backends.h"
+#include "core/errors.h"
+#include "cuda_backend.h"
+#include "mamba/mamba.h"
 
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 namespace mamba {
 
@@ -42,6 +48,12 @@ void requireOrdinal(int ordinal) {
 }  // namespace
 
 bool builtWithCuda() { return true; }
+
+std::shared_ptr<Ops> newCudaBackend(int ordinal) {
+    requireOrdinal(ordinal);
+    return std::make_shared<cuda::CudaBackend>(ordinal);
+}
+
 int cudaDeviceCount() { return probe().count; }
 std::string cudaUnavailableReason() { return probe().reason; }
 

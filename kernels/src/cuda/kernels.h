@@ -1,10 +1,12 @@
-// Host-side launchers of the CUDA stages. Each lives in the .cu file named after its concept; the
-// backend (cuda_backend.cu) and the kernel test program call only these.
+// Host-side launchers of the CUDA inference stages. Each lives in the .cu file named after its concept;
+// the backend (cuda_backend.cu, gemm/gemm.cu) and the kernel test program call only these. Launchers keep
+// no state: everything they need arrives in the Exec and the arguments.
 #pragma once
 
-#include "../common/backend.h"
-#include "mamba/mamba.h"
 #include "cuda_check.h"
+#include "gemm/gemv.h"
+#include "mamba/mamba.h"
+#include "ops/ops.h"
 
 #include <cstdint>
 
@@ -12,51 +14,26 @@ namespace mamba::cuda {
 
 // ---- rmsnorm.cu ----
 /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps): one block per row. */
-void rmsnorm(const Exec& ex, const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
-             int64_t ldy);
+void rmsnorm(const Exec& ex, const RmsNormArgs& a);
 
 // ---- convert.cu ----
 /** out = -exp(in). */
 void negExp(const Exec& ex, const float* in, float* out, int64_t n);
 /** n f32 → bf16 (dtype DTYPE_BF16) or f16 (DTYPE_F16), round to nearest even. */
 void toLowp(const Exec& ex, const float* src, void* dst, int64_t n, int dtype);
+/** n bf16 (DTYPE_BF16) or f16 (DTYPE_F16) values → f32 (exact). */
+void fromLowp(const Exec& ex, const void* src, int dtype, float* dst, int64_t n);
 /** Packs rows of x (stride ldx) into dst [rows, cols] in bf16/f16: the activations of a low-precision GEMM. */
 void rowsToLowp(const Exec& ex, const float* x, int64_t ldx, int64_t rows, int cols, void* dst, int dtype);
 /** y[r, 0:n] = beta·y[r, 0:n] + bias (beta == 0 ignores y, NaNs included). */
 void biasInit(const Exec& ex, float* y, int64_t ldy, int64_t rows, int n, const float* bias, float beta);
 
 // ---- embed.cu ----
-/** out[r, :] = table[ids[r], :] for r < rows; ids are device int32, already range-checked. */
-void embed(const Exec& ex, const float* table, const int32_t* ids, int64_t rows, int d, float* out);
-
-// ---- gemv.cu ----
-/** Rows up to which linear() uses our matrix-vector kernel rather than cuBLAS. */
-constexpr int kGemvMaxRows = 8;
-/** An rmsnorm fused in front of a gemv: the gemv's input is y = w ⊙ x / rms(x), which it also writes out. */
-struct NormPrologue {
-    const float* x;
-    int64_t ldx;
-    const float* w;
-    float eps;
-    float* y;
-    int64_t ldy;
-};
-/** Widest row a fused rmsnorm + gemv takes (8 normalised rows live in shared memory). */
-constexpr int kNormFuseMaxWidth = 6144;
 /**
- * y[r, 0:out] = beta·y[r] + x[r]·Wᵀ (+ bias) for r < rows ≤ kGemvMaxRows, W [out, in] row-major stored as
- * f32 (wdtype DTYPE_F32/TF32), bf16 or f16; f32 accumulation. Rows are computed independently with the
- * same arithmetic whatever `rows` is, so a batch row equals the same row run alone, bit for bit.
- * With `norm`, x is first computed as rmsnorm(norm->x) inside the kernel (see gemvNormFusable).
+ * out[r, :] = table[ids[r], :] as f32 for r < rows; the table [vocab, d] is stored as f32 (`table` holds
+ * floats) or bf16/f16 (dtype DTYPE_BF16/F16). ids are device int32, already range-checked.
  */
-void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
-          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm = nullptr);
-/** Whether gemv can take the rmsnorm prologue for this weight (16-byte rows, width ≤ kNormFuseMaxWidth). */
-bool gemvNormFusable(const void* w, int wdtype, int in);
-/** Threads that cooperate on one output of a gemv of this shape (exposed for the tests and notes). */
-int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised);
-/** Forces the group size of vectorised gemvs (8 … 256; 0 restores the automatic choice). Tests only. */
-void setGemvGroupOverride(int G);
+void embed(const Exec& ex, const void* table, int dtype, const int32_t* ids, int64_t rows, int d, float* out);
 
 // ---- conv_silu.cu ----
 void convSilu(const Exec& ex, const ConvArgs& c);
@@ -78,7 +55,11 @@ struct ScanPlan {
     int64_t workspace_floats = 0;
     int ns = 4, lanes = 4;  // states per lane and lanes per (row, channel)
 };
-ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override = 0);
+/**
+ * Plans a scan. With `checkpoints` (the training forward) the plan is always the sequential scan, in the
+ * narrow layout (several lanes per channel: training batches are long and few, so threads are scarce).
+ */
+ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override = 0, bool checkpoints = false);
 /** dt_proj fused into the scan: dt = x·Wᵀ + bias computed per (row, channel), and written to `out`. */
 struct DtProjection {
     const void* w;       // [channels, rank] in wdtype storage
@@ -87,13 +68,19 @@ struct DtProjection {
     int64_t ldx;
     const float* bias;   // [channels] or null
     int rank;
-    float* out;          // [rows, channels]: the dt the linear would have written
+    float* out;          // [rows, channels]: the dt the product would have written
     bool vec;            // set by selectiveScan
 };
+/** Widest Δ projection (dt_rank) the scan computes itself. */
+constexpr int kDtFuseMaxRank = 1024;
 /** Whether a scan of this shape and plan can take the fused Δ projection (sequential, ≤ kGemvMaxRows rows). */
 bool dtProjectionFusable(const ScanArgs& s, const ScanPlan& plan);
-/** Runs the scan; the chunked plan needs plan.workspace_floats floats at ws; dt: the fused Δ projection. */
+/**
+ * Runs the scan. The chunked plan needs plan.workspace_floats floats at ws; dt: the fused Δ projection
+ * (sequential plans only); ck: record the state before every ck->chunk-th step (sequential plans only,
+ * not with dt).
+ */
 void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws,
-                   const DtProjection* dt = nullptr);
+                   const DtProjection* dt = nullptr, const ScanCheckpoints* ck = nullptr);
 
 }  // namespace mamba::cuda

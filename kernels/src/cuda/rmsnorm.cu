@@ -2,6 +2,9 @@
 // shared-memory reduction gives the scale, pass 2 re-reads the row (now in L1/L2) and writes w ⊙ x · scale.
 #include "kernels.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace mamba::cuda {
 namespace {
 
@@ -58,17 +61,20 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 }  // namespace
 
-void rmsnorm(const Exec& ex, const float* x, int64_t ldx, const float* w, int64_t rows, int d, float eps, float* y,
-             int64_t ldy) {
-    if (rows <= 0) return;
+void rmsnorm(const Exec& ex, const RmsNormArgs& a) {
+    if (a.rows <= 0 || a.d <= 0) return;
+    if (a.rows > 0x7fffffff)
+        throw std::invalid_argument("rmsnorm: " + std::to_string(a.rows) + " rows exceed 2^31 - 1");
+    const int d = a.d;
     const int threads = d <= 1024 ? 128 : d <= 4096 ? 256 : 512;
-    const bool vec = d % 4 == 0 && ldx % 4 == 0 && ldy % 4 == 0 && aligned16(x) && aligned16(y) && aligned16(w);
+    const bool vec =
+        d % 4 == 0 && a.ldx % 4 == 0 && a.ldy % 4 == 0 && aligned16(a.x) && aligned16(a.y) && aligned16(a.w);
     if (vec)
-        launch("rmsnorm", ex, rmsnormKernel<true>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, x, ldx, w, d,
-               eps, y, ldy);
+        launch("rmsnorm", ex, rmsnormKernel<true>, dim3(static_cast<unsigned>(a.rows)), dim3(threads), 0, a.x, a.ldx,
+               a.w, d, a.eps, a.y, a.ldy);
     else
-        launch("rmsnorm", ex, rmsnormKernel<false>, dim3(static_cast<unsigned>(rows)), dim3(threads), 0, x, ldx, w, d,
-               eps, y, ldy);
+        launch("rmsnorm", ex, rmsnormKernel<false>, dim3(static_cast<unsigned>(a.rows)), dim3(threads), 0, a.x, a.ldx,
+               a.w, d, a.eps, a.y, a.ldy);
 }
 
 }  // namespace mamba::cuda

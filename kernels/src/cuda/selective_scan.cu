@@ -20,21 +20,25 @@
 // (row, channel, state) walks the C chunks, turning h_local into each chunk's start state and writing
 // the final state; (3) every chunk is scanned again from its start state, writing the outputs.
 //
-// Fused Δ projection (decode): when the backend sees linear(xdbl → dt) immediately followed by this scan
-// on that dt, the scan computes dt = b + W_dt·δ itself (one dot product of dt_rank per channel, split
-// over the S lanes) and writes it to dt as the linear would have — one kernel launch less per layer.
+// Checkpoints (the training forward): the sequential scan also stores the state before steps 0, chunk,
+// 2·chunk, … ([batch][ceil(T/chunk)][channels, d_state]) for the backward (train_scan.cu), which
+// recomputes the states in between with the same scanUpdate() (scan_step.cuh).
+//
+// Fused Δ projection (Ops::selectiveScan with dtProj, decode): the scan computes dt = b + W_dt·δ itself
+// (one dot product of dt_rank per channel, split over the S lanes) and writes it to dt as the product
+// would have — one kernel launch less per layer.
 #include "kernels.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "lowp.cuh"
+#include "scan_step.cuh"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace mamba::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr float kLog2e = 1.4426950408889634f;
 
 enum Mode { kWhole = 0, kChunkLocal = 1, kChunkOutput = 2 };
 
@@ -47,43 +51,16 @@ struct ScanKernelArgs {
     float* ws_h;     // [B, C, channels, d_state]: h_local, then start states
     float* ws_sum;   // [B, C, channels]: ΣΔ over each chunk
     DtProjection dt; // used by the FUSE variant only
+    float* ckpt;     // CKPT variant: [B, ck_chunks, channels, d_state]
+    int ck_chunk, ck_chunks;
 };
-
-template <typename W> __device__ __forceinline__ float toF(W v) { return static_cast<float>(v); }
-
-// A 16-byte chunk of weights as floats, in registers.
-template <typename W> __device__ __forceinline__ void unpack16(const int4& raw, float* f);
-template <> __device__ __forceinline__ void unpack16<float>(const int4& raw, float* f) {
-    f[0] = __int_as_float(raw.x);
-    f[1] = __int_as_float(raw.y);
-    f[2] = __int_as_float(raw.z);
-    f[3] = __int_as_float(raw.w);
-}
-template <> __device__ __forceinline__ void unpack16<__nv_bfloat16>(const int4& raw, float* f) {
-    const unsigned u[4] = {static_cast<unsigned>(raw.x), static_cast<unsigned>(raw.y), static_cast<unsigned>(raw.z),
-                           static_cast<unsigned>(raw.w)};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-template <> __device__ __forceinline__ void unpack16<__half>(const int4& raw, float* f) {
-    const unsigned u[4] = {static_cast<unsigned>(raw.x), static_cast<unsigned>(raw.y), static_cast<unsigned>(raw.z),
-                           static_cast<unsigned>(raw.w)};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] & 0xffffu)));
-        f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(u[i] >> 16)));
-    }
-}
 
 /** Σ_k W[d, k]·x[k] over this lane's share of k (16-byte chunks, chunk c to lane c mod S when VEC). */
 template <typename W, bool VEC>
 __device__ __forceinline__ float dotShare(const W* __restrict__ w, const float* __restrict__ x, int R, int lane, int S) {
     float acc = 0.f;
     if constexpr (VEC) {
-        constexpr int V = 16 / sizeof(W);
+        constexpr int V = kChunkElems<W>;
         for (int k = lane * V; k < R; k += S * V) {
             float wf[V];
             unpack16<W>(*reinterpret_cast<const int4*>(w + k), wf);
@@ -97,7 +74,7 @@ __device__ __forceinline__ float dotShare(const W* __restrict__ w, const float* 
             }
         }
     } else {
-        for (int k = lane; k < R; k += S) acc = fmaf(toF(w[k]), x[k], acc);
+        for (int k = lane; k < R; k += S) acc = fmaf(toFloat(w[k]), x[k], acc);
     }
     return acc;
 }
@@ -119,7 +96,7 @@ __device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int
     return acc + (p.bias ? p.bias[d] : 0.f);
 }
 
-template <int NS, bool FUSE>
+template <int NS, bool FUSE, bool CKPT>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const ScanArgs& s = k.s;
     const int S = k.lanes;
@@ -155,6 +132,10 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const int t1 = min(s.steps, t0 + k.chunk);
     const int64_t r0 = static_cast<int64_t>(b) * s.steps;
     float dsum = 0.f;
+    // CKPT (kWhole only): the state before steps 0, ck_chunk, 2·ck_chunk, … goes to the checkpoints.
+    float* ck = nullptr;
+    int ck_left = 0;  // steps until the next checkpoint
+    if constexpr (CKPT) ck = k.ckpt + static_cast<int64_t>(b) * k.ck_chunks * E * N + static_cast<int64_t>(d) * N;
     // The next step's per-channel inputs are loaded one step ahead (they do not depend on h).
     float dt_next = 0.f, u_next = 0.f, z_next = 0.f;
     if (t0 < t1) {
@@ -171,9 +152,20 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             u_next = s.u[(r + 1) * E + d];
             if (k.mode != kChunkLocal) z_next = s.z[(r + 1) * s.ldz + d];
         }
+        if constexpr (CKPT) {
+            if (ck_left == 0) {
+                if (active)
+#pragma unroll
+                    for (int i = 0; i < NS; ++i)
+                        if (n0 + i < N) ck[n0 + i] = h[i];
+                ck += static_cast<int64_t>(E) * N;
+                ck_left = k.ck_chunk;
+            }
+            --ck_left;
+        }
         if constexpr (FUSE) {
             dt_raw = projectDt(k.dt, r, d, lane, S);
-            if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the fused linear would have written
+            if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the separate product would have written
         }
         const float delta = softplusf(dt_raw);
         const float du = delta * u;
@@ -181,19 +173,10 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
         const float* Ct = Bt + N;
         if (k.mode == kChunkLocal) {
             dsum += delta;
-#pragma unroll
-            for (int i = 0; i < NS; ++i)
-                if (n0 + i < N) h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[n0 + i];
+            scanStep<NS>(h, a2, delta, du, Bt, n0, N);
             continue;
         }
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < NS; ++i) {
-            if (n0 + i < N) {
-                h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[n0 + i];
-                acc = fmaf(h[i], Ct[n0 + i], acc);
-            }
-        }
+        float acc = scanStepOutput<NS>(h, a2, delta, du, Bt, Ct, n0, N);
         for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
         if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
     }
@@ -234,7 +217,7 @@ __global__ void scanCombineKernel(ScanKernelArgs k) {
             if (c0 + j < k.chunks) {
                 const int64_t row = (static_cast<int64_t>(b) * k.chunks + c0 + j) * E + d;
                 k.ws_h[row * N + n] = H;  // start state of chunk c0 + j
-                H = exp2f(a2 * sum[j]) * H + local[j];
+                H = scanDecay(sum[j], a2) * H + local[j];
             }
         }
     }
@@ -249,27 +232,40 @@ void lanesFor(int N, bool wide, int* ns, int* lanes) {
     *lanes = S;
 }
 
-void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, bool fuse) {
+enum class Variant { Plain, FusedDt, Checkpoints };
+
+template <int NS>
+void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant v, dim3 grid, dim3 block) {
+    switch (v) {
+        case Variant::Plain: launch(name, ex, scanKernel<NS, false, false>, grid, block, 0, k); break;
+        case Variant::FusedDt: launch(name, ex, scanKernel<NS, true, false>, grid, block, 0, k); break;
+        case Variant::Checkpoints: launch(name, ex, scanKernel<NS, false, true>, grid, block, 0, k); break;
+    }
+}
+
+void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, Variant v) {
     const int per_block = kThreads / k.lanes;
     const int64_t blocks = static_cast<int64_t>((k.s.channels + per_block - 1) / per_block) * k.chunks * k.s.batch;
-    const char* name = k.mode == kWhole ? "selectiveScan" : k.mode == kChunkLocal ? "selectiveScan chunk states"
-                                                                                  : "selectiveScan chunk outputs";
+    if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScan: too many rows × channels for one launch");
+    const char* name = k.mode == kWhole ? (v == Variant::Checkpoints ? "selectiveScan (checkpoints)" : "selectiveScan")
+                       : k.mode == kChunkLocal ? "selectiveScan chunk states"
+                                               : "selectiveScan chunk outputs";
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
-    if (fuse) {
-        if (ns == 4) launch(name, ex, scanKernel<4, true>, grid, block, 0, k);
-        else launch(name, ex, scanKernel<16, true>, grid, block, 0, k);
-    } else {
-        if (ns == 4) launch(name, ex, scanKernel<4, false>, grid, block, 0, k);
-        else launch(name, ex, scanKernel<16, false>, grid, block, 0, k);
-    }
+    if (ns == 4) launchNs<4>(name, ex, k, v, grid, block);
+    else launchNs<16>(name, ex, k, v, grid, block);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
-ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override) {
+ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override, bool checkpoints) {
     ScanPlan p;
+    if (checkpoints) {  // the training forward: sequential, narrow layout
+        p.chunk = s.steps;
+        lanesFor(s.d_state, false, &p.ns, &p.lanes);
+        return p;
+    }
     int ns, S;
     lanesFor(s.d_state, true, &ns, &S);
     const int64_t seq_threads = static_cast<int64_t>(s.batch) * s.channels * S;
@@ -312,23 +308,36 @@ bool dtProjectionFusable(const ScanArgs& s, const ScanPlan& plan) {
     return !plan.chunked && static_cast<int64_t>(s.batch) * s.steps <= kGemvMaxRows;
 }
 
-void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws, const DtProjection* dt) {
+void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws, const DtProjection* dt,
+                   const ScanCheckpoints* ck) {
     if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
     if (s.d_state < 1 || s.d_state > 256)
         throw std::invalid_argument("selectiveScan: d_state " + std::to_string(s.d_state) + " is outside [1, 256]");
     const int ns = plan.ns, S = plan.lanes;
-    ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr, DtProjection{}};
+    ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr, DtProjection{}, nullptr, 0, 0};
     if (dt) {
-        if (plan.chunked) throw std::logic_error("selectiveScan: the fused Δ projection needs the sequential scan");
+        if (plan.chunked || ck)
+            throw std::logic_error("selectiveScan: the fused Δ projection needs the plain sequential scan");
         k.dt = *dt;
         const int V = (dt->wdtype == DTYPE_BF16 || dt->wdtype == DTYPE_F16) ? 8 : 4;
         k.dt.vec = dt->rank % V == 0 && aligned16(dt->w) && aligned16(dt->x) && dt->ldx % 4 == 0;
         k.s.dt = dt->out;
-        launchScan(ex, k, ns, true);
+        launchScan(ex, k, ns, Variant::FusedDt);
+        return;
+    }
+    if (ck) {
+        if (plan.chunked) throw std::logic_error("selectiveScan: checkpoints need the sequential scan");
+        if (ck->chunk < 1)
+            throw std::invalid_argument("selectiveScan: checkpoint chunk " + std::to_string(ck->chunk) + " < 1");
+        if (!ck->data) throw std::invalid_argument("selectiveScan: null checkpoint buffer");
+        k.ckpt = ck->data;
+        k.ck_chunk = ck->chunk;
+        k.ck_chunks = (s.steps + ck->chunk - 1) / ck->chunk;
+        launchScan(ex, k, ns, Variant::Checkpoints);
         return;
     }
     if (!plan.chunked) {
-        launchScan(ex, k, ns, false);
+        launchScan(ex, k, ns, Variant::Plain);
         return;
     }
     k.chunk = plan.chunk;
@@ -336,11 +345,11 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
     k.ws_h = ws;
     k.ws_sum = ws + static_cast<int64_t>(s.batch) * plan.chunks * s.channels * s.d_state;
     k.mode = kChunkLocal;
-    launchScan(ex, k, ns, false);
+    launchScan(ex, k, ns, Variant::Plain);
     const int64_t n = static_cast<int64_t>(s.batch) * s.channels * s.d_state;
     launch("selectiveScan combine", ex, scanCombineKernel, dim3(blocksFor(n, 256)), dim3(256), 0, k);
     k.mode = kChunkOutput;
-    launchScan(ex, k, ns, false);
+    launchScan(ex, k, ns, Variant::Plain);
 }
 
 }  // namespace mamba::cuda

@@ -1,7 +1,8 @@
-// Host-side launchers of the CUDA training stages (the Backend methods at the end of backend.h). One .cu
-// file per concept: train_linear.cu (cuBLAS products of backward), train_reduce.cu (deterministic
-// reductions shared by the others), train_norm.cu, train_conv.cu, train_scan.cu, train_optim.cu,
-// train_loss.cu. The CPU versions (cpu/cpu_backward.cpp) define the semantics.
+// Host-side launchers of the CUDA training stages (the training ops at the end of ops/ops.h). One .cu
+// file per concept: train_reduce.cu (deterministic reductions shared by the others), train_norm.cu,
+// train_conv.cu, train_scan.cu (the backward; the forward with checkpoints is selective_scan.cu),
+// train_optim.cu, train_loss.cu. The backward products live with every other product in gemm/gemm.cu.
+// The CPU backend defines the semantics.
 //
 // Determinism: no atomics anywhere. Every sum over rows, time steps, channels or elements is cut into
 // pieces whose size is a constant of this code (never a function of the GPU or of a launch heuristic),
@@ -9,9 +10,8 @@
 // GPU model therefore give bit-identical results.
 #pragma once
 
-#include "../common/backend.h"
-#include "cublas_loader.h"
 #include "cuda_check.h"
+#include "ops/ops.h"
 
 #include <cstdint>
 
@@ -21,21 +21,13 @@ namespace mamba::cuda::train {
  * Device workspaces on demand, owned by the caller (the backend): get(slot, n) returns at least n floats
  * that stay valid until the next request of the same slot. Contents are never assumed to be anything.
  * Slots: 0, 1, 2 the partial sums of the conv and scan backward; 3 rmsnorm's 1/rms per row; 5 the double
- * partials of sumOfSquares and mse; 7 columnSums (called by linearWeightGrad and rmsnormBackward).
+ * partials of sumOfSquares and mse; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
  */
 struct Scratch {
     void* owner;
     float* (*grow)(void* owner, int slot, int64_t floats);
     float* get(int slot, int64_t floats) const { return grow(owner, slot, floats); }
 };
-
-// ---- train_linear.cu (the math mode of `blas` must already be CUBLAS_DEFAULT_MATH: true f32) ----
-/** dx[r, 0:in] = beta·dx[r] + dy[r, 0:out]·W (W [out, in] row-major f32). */
-void linearBackward(cublasHandle blas, const float* dy, int64_t lddy, int64_t rows, const float* w, int out, int in,
-                    float* dx, int64_t lddx, float beta);
-/** dw[out, in] += Σ_r dy[r]ᵀ·x[r] (one cuBLAS product over every row); dbias[out] += Σ_r dy[r] when not null. */
-void linearWeightGrad(const Exec& ex, cublasHandle blas, const float* dy, int64_t lddy, const float* x, int64_t ldx,
-                      int64_t rows, int out, int in, float* dw, float* dbias, const Scratch& scratch);
 
 // ---- train_reduce.cu ----
 /**
@@ -56,9 +48,7 @@ double readDouble(const Exec& ex, const double* src);
 void scale(const Exec& ex, float* x, int64_t n, float s);
 
 // ---- train_norm.cu ----
-void rmsnormBackward(const Exec& ex, const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy,
-                     int64_t rows, int d, float eps, float* dx, int64_t lddx, float beta, float* dw,
-                     const Scratch& scratch);
+void rmsnormBackward(const Exec& ex, const RmsNormBackwardArgs& a, const Scratch& scratch);
 
 // ---- train_conv.cu ----
 /** Time steps per thread of the conv backward: partial weight gradients per (row, tile), summed in order. */
@@ -66,8 +56,7 @@ constexpr int kConvTile = 32;
 void convSiluBackward(const Exec& ex, const ConvBackwardArgs& c, const Scratch& scratch);
 
 // ---- train_scan.cu ----
-/** The scan for training: as selectiveScan, plus the state before steps 0, chunk, 2·chunk, … into checkpoints. */
-void selectiveScanTrain(const Exec& ex, const ScanArgs& s, float* checkpoints, int chunk);
+// (the forward with checkpoints is selectiveScan in selective_scan.cu, kernels.h)
 void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scratch& scratch);
 
 // ---- train_optim.cu ----
@@ -76,7 +65,6 @@ void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t
 // ---- train_loss.cu ----
 double mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy,
            const Scratch& scratch);
-void crossEntropy(const Exec& ex, const float* logits, int64_t rows, int vocab, const int32_t* targets,
-                  int ignore_index, float scale, float* loss, float* correct, float* dlogits);
+void crossEntropy(const Exec& ex, const CrossEntropyArgs& a);
 
 }  // namespace mamba::cuda::train

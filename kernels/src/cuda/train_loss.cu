@@ -122,12 +122,11 @@ double mse(const Exec& ex, const float* y, const float* target, int64_t n, float
     return readDouble(ex, part + chunks);
 }
 
-void crossEntropy(const Exec& ex, const float* logits, int64_t rows, int vocab, const int32_t* targets,
-                  int ignore_index, float scale, float* loss, float* correct, float* dlogits) {
-    if (rows <= 0) return;
-    if (rows > 0x7fffffff) throw std::invalid_argument("crossEntropy: too many rows");
-    launch("cross-entropy", ex, crossEntropyKernel, dim3(static_cast<unsigned>(rows)), dim3(kCeThreads), 0, logits,
-           vocab, targets, ignore_index, scale, loss, correct, dlogits);
+void crossEntropy(const Exec& ex, const CrossEntropyArgs& a) {
+    if (a.rows <= 0) return;
+    if (a.rows > 0x7fffffff) throw std::invalid_argument("crossEntropy: too many rows");
+    launch("cross-entropy", ex, crossEntropyKernel, dim3(static_cast<unsigned>(a.rows)), dim3(kCeThreads), 0, a.logits,
+           a.vocab, a.targets, a.ignore_index, a.scale, a.loss, a.correct, a.dlogits);
 }
 
 }  // namespace mamba::cuda::train

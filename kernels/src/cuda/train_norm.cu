@@ -54,20 +54,18 @@ __global__ void __launch_bounds__(THREADS) rmsnormBackwardKernel(const float* x,
 
 }  // namespace
 
-void rmsnormBackward(const Exec& ex, const float* x, int64_t ldx, const float* w, const float* dy, int64_t lddy,
-                     int64_t rows, int d, float eps, float* dx, int64_t lddx, float beta, float* dw,
-                     const Scratch& scratch) {
-    if (rows <= 0 || d <= 0) return;
-    if (rows > 0x7fffffff) throw std::invalid_argument("rmsnormBackward: too many rows");
-    float* rstd = scratch.get(3, rows);
-    const dim3 grid(static_cast<unsigned>(rows));
-    if (d <= 1024)
-        launch("rmsnorm backward", ex, rmsnormBackwardKernel<128>, grid, dim3(128), 0, x, ldx, w, dy, lddy, d, eps, dx,
-               lddx, beta, rstd);
+void rmsnormBackward(const Exec& ex, const RmsNormBackwardArgs& a, const Scratch& scratch) {
+    if (a.rows <= 0 || a.d <= 0) return;
+    if (a.rows > 0x7fffffff) throw std::invalid_argument("rmsnormBackward: too many rows");
+    float* rstd = scratch.get(3, a.rows);
+    const dim3 grid(static_cast<unsigned>(a.rows));
+    if (a.d <= 1024)
+        launch("rmsnorm backward", ex, rmsnormBackwardKernel<128>, grid, dim3(128), 0, a.x, a.ldx, a.w, a.dy, a.lddy,
+               a.d, a.eps, a.dx, a.lddx, a.beta, rstd);
     else
-        launch("rmsnorm backward", ex, rmsnormBackwardKernel<256>, grid, dim3(256), 0, x, ldx, w, dy, lddy, d, eps, dx,
-               lddx, beta, rstd);
-    columnSums(ex, dy, lddy, x, ldx, rstd, rows, d, dw, scratch);
+        launch("rmsnorm backward", ex, rmsnormBackwardKernel<256>, grid, dim3(256), 0, a.x, a.ldx, a.w, a.dy, a.lddy,
+               a.d, a.eps, a.dx, a.lddx, a.beta, rstd);
+    columnSums(ex, a.dy, a.lddy, a.x, a.ldx, rstd, a.rows, a.d, a.dw, scratch);
 }
 
 }  // namespace mamba::cuda::train

@@ -1,15 +1,13 @@
-// Selective scan for training: the forward with state checkpoints, and its backward.
+// Backward of the selective scan (training). The forward with checkpoints is the inference sequential
+// scan (selective_scan.cu, CKPT variant); both advance the state with scanUpdate() (scan_step.cuh), so
+// the states recomputed here are the forward's.
 //
-// Thread layout (both kernels): S lanes of a warp share one (batch row b, channel d); lane l holds the NS
-// states n = l·NS … l·NS+NS−1 in registers (NS = 4 up to d_state 128, 8 up to 256; S = the power of two
+// Thread layout: S lanes of a warp share one (batch row b, channel d); lane l holds the NS states
+// n = l·NS … l·NS+NS−1 in registers (NS = 4 up to d_state 128, 8 up to 256; S = the power of two
 // ≥ d_state/NS, so S ≤ 32 and groups never straddle a warp). A block of kThreads threads covers
 // kThreads/S channels of one batch row. Sums over a channel's states are xor-shuffles inside its S lanes.
 //
-// Forward (selectiveScanTrain): the sequential recurrence h ← exp(Δ·A)·h + Δ·u·B, y = Σ h·C + D·u,
-// out = y·SiLU(z), h carried in and out; before steps 0, chunk, 2·chunk, … the state is stored to
-// checkpoints [b][t/chunk][channel][state] (the CPU backend's layout).
-//
-// Backward (selectiveScanBackward), per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h:
+// Per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h:
 //  1. from the chunk's checkpoint, re-run its steps, storing the state every kSub steps in shared memory;
 //  2. for each sub-chunk of kSub steps in reverse: re-run it from its stored state with the kSub+1 states
 //     in registers (compile-time indices), then walk it backwards:
@@ -19,6 +17,7 @@
 // the block's warps in order through shared memory, give one partial per (channel block, row); a second
 // kernel adds the channel blocks in order. dA_log and dD are sums over batch rows: one partial per
 // (b, d), added in row order by a third kernel (which also applies dA_log = dA·A).
+#include "scan_step.cuh"
 #include "train_kernels.h"
 
 #include <algorithm>
@@ -28,7 +27,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
 
@@ -58,53 +56,6 @@ __device__ __forceinline__ Place place(const Layout& L, int channels, int NS) {
     p.lane = static_cast<int>(threadIdx.x) % L.S;
     p.n0 = p.lane * NS;
     return p;
-}
-
-template <int NS>
-__global__ void __launch_bounds__(kThreads) scanTrainKernel(ScanArgs s, Layout L, float* ckpt, int chunk, int chunks) {
-    pdlWait();
-    pdlLaunchDependents();
-    const int N = s.d_state, E = s.channels, T = s.steps;
-    const Place p = place(L, E, NS);
-    float a2[NS], h[NS];
-    float* hp = s.h + p.b * s.h_stride + static_cast<int64_t>(p.d) * N;
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-        const bool on = p.n0 + i < N;
-        a2[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] * kLog2e : 0.f;
-        h[i] = on ? hp[p.n0 + i] : 0.f;
-    }
-    float* ck = ckpt + static_cast<int64_t>(p.b) * chunks * E * N + static_cast<int64_t>(p.d) * N;
-    const float dskip = s.d_skip[p.d];
-    const int64_t row0 = static_cast<int64_t>(p.b) * T;
-    for (int t = 0; t < T; ++t) {
-        if (t % chunk == 0 && p.active) {
-            float* dst = ck + static_cast<int64_t>(t / chunk) * E * N;
-#pragma unroll
-            for (int i = 0; i < NS; ++i)
-                if (p.n0 + i < N) dst[p.n0 + i] = h[i];
-        }
-        const int64_t r = row0 + t;
-        const float delta = softplusf(s.dt[r * E + p.d]);
-        const float u = s.u[r * E + p.d];
-        const float du = delta * u;
-        const float* Bt = s.bc + r * s.ldbc;
-        const float* Ct = Bt + N;
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < NS; ++i) {
-            if (p.n0 + i < N) {
-                h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[p.n0 + i];
-                acc = fmaf(h[i], Ct[p.n0 + i], acc);
-            }
-        }
-        acc = groupSum(acc, L.S);
-        if (p.active && p.lane == 0) s.out[r * E + p.d] = (acc + dskip * u) * siluf(s.z[r * s.ldz + p.d]);
-    }
-    if (!p.active) return;
-#pragma unroll
-    for (int i = 0; i < NS; ++i)
-        if (p.n0 + i < N) hp[p.n0 + i] = h[i];
 }
 
 struct BackwardOut {
@@ -158,10 +109,7 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
                 const int64_t r = row0 + t;
                 const float delta = softplusf(s.dt[r * E + p.d]);
                 const float du = delta * s.u[r * E + p.d];
-                const float* Bt = s.bc + r * s.ldbc;
-#pragma unroll
-                for (int i = 0; i < NS; ++i)
-                    if (p.n0 + i < N) h[i] = exp2f(delta * a2[i]) * h[i] + du * Bt[p.n0 + i];
+                scanStep<NS>(h, a2, delta, du, s.bc + r * s.ldbc, p.n0, N);
             }
         }
         // 2. sub-chunks in reverse
@@ -184,7 +132,7 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
                     const float* Bt = s.bc + r * s.ldbc;
 #pragma unroll
                     for (int i = 0; i < NS; ++i)
-                        hs[q + 1][i] = p.n0 + i < N ? exp2f(dl[q] * a2[i]) * hs[q][i] + du * Bt[p.n0 + i] : 0.f;
+                        hs[q + 1][i] = p.n0 + i < N ? scanUpdate(hs[q][i], a2[i], dl[q], du, Bt[p.n0 + i]) : 0.f;
                 }
             }
 #pragma unroll
@@ -221,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
                         vC[i] = dy * hs[q + 1][i];
                         vB[i] = gn * du;
                         sGB += gn * bn;
-                        const float e = exp2f(delta * a2[i]);
+                        const float e = scanDecay(delta, a2[i]);
                         const float gah = gn * e * hs[q][i];
                         sDelta += gah * A[i] + gn * bn * u;
                         gA[i] += gah * delta;
@@ -329,21 +277,6 @@ void checkShape(int N, const char* what) {
 
 }  // namespace
 
-void selectiveScanTrain(const Exec& ex, const ScanArgs& s, float* checkpoints, int chunk) {
-    if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
-    checkShape(s.d_state, "selectiveScanTrain");
-    if (chunk < 1) throw std::invalid_argument("selectiveScanTrain: chunk " + std::to_string(chunk) + " < 1");
-    const Layout L = layoutFor(s.d_state, s.batch, s.channels);
-    const int chunks = (s.steps + chunk - 1) / chunk;
-    const int64_t blocks = static_cast<int64_t>(L.ch_blocks) * s.batch;
-    if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScanTrain: too many rows");
-    const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
-    if (statesPerLane(s.d_state) == 4)
-        launch("selectiveScan train", ex, scanTrainKernel<4>, grid, block, 0, s, L, checkpoints, chunk, chunks);
-    else
-        launch("selectiveScan train", ex, scanTrainKernel<8>, grid, block, 0, s, L, checkpoints, chunk, chunks);
-}
-
 void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scratch& scratch) {
     if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
     checkShape(s.d_state, "selectiveScanBackward");
@@ -363,24 +296,25 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const int nsub_max = (s.chunk + sub - 1) / sub;
     const size_t smem = (static_cast<size_t>(nsub_max) * ns * kThreads + 2 * kWarps * 2 * static_cast<size_t>(N)) *
                         sizeof(float);
-    int dev = 0, optin = 0;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "cudaDeviceGetAttribute");
+    const int optin = ex.smem_optin;
     if (smem > static_cast<size_t>(optin))
         throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " with d_state " +
                                     std::to_string(N) + " needs " + std::to_string(smem) +
                                     " bytes of shared memory per block; the device has " + std::to_string(optin));
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
+    // The opt-in is an attribute of the kernel in the device context that every backend on the device
+    // shares: it is always set to the device's maximum, so a concurrent setter can never lower it below
+    // what a launch on another thread needs.
     if (narrow) {
         if (smem > 48 * 1024)
             check(cudaFuncSetAttribute(scanBackwardKernel<4, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)),
+                                       optin),
                   "cudaFuncSetAttribute (scan backward)");
         launch("selectiveScan backward", ex, scanBackwardKernel<4, 8>, grid, block, smem, s, L, o);
     } else {
         if (smem > 48 * 1024)
             check(cudaFuncSetAttribute(scanBackwardKernel<8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)),
+                                       optin),
                   "cudaFuncSetAttribute (scan backward)");
         launch("selectiveScan backward", ex, scanBackwardKernel<8, 4>, grid, block, smem, s, L, o);
     }

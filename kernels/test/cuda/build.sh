@@ -8,11 +8,12 @@ OUT=${1:-$ROOT/.cudatest}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 mkdir -p "$OUT/obj"
 FLAGS="-std=c++17 -O3 --expt-relaxed-constexpr -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 -I$ROOT/kernels/include -I$ROOT/kernels/src"
-SOURCES="$(ls "$ROOT"/kernels/src/cuda/*.cu "$ROOT"/kernels/src/cuda/*.cpp) $ROOT/kernels/test/cuda/kernel_test.cu"
+SOURCES="$(find "$ROOT/kernels/src/cuda" -name '*.cu' -o -name '*.cpp' | sort) $ROOT/kernels/test/cuda/kernel_test.cu"
 pids=()
 for s in $SOURCES; do
-  o="$OUT/obj/$(basename "$s").o"
-  if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find "$ROOT/kernels/src/cuda" "$ROOT/kernels/src/common" -newer "$o" -name '*.h' | head -1)" ]; then
+  rel=${s#$ROOT/kernels/}
+  o="$OUT/obj/$(echo "$rel" | tr / _).o"
+  if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find "$ROOT/kernels/src/cuda" "$ROOT/kernels/src/core" "$ROOT/kernels/src/ops" "$ROOT/kernels/include" -newer "$o" \( -name '*.h' -o -name '*.cuh' \) | head -1)" ]; then
     "$NVCC" $FLAGS -c "$s" -o "$o" &
     pids+=($!)
   fi
@@ -20,5 +21,7 @@ for s in $SOURCES; do
   if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
-"$NVCC" -cudart static -gencode arch=compute_90,code=sm_90 -o "$OUT/kernel_test" "$OUT"/obj/*.o -ldl -Xcompiler -static-libstdc++,-static-libgcc
+OBJS=""
+for s in $SOURCES; do rel=${s#$ROOT/kernels/}; OBJS="$OBJS $OUT/obj/$(echo "$rel" | tr / _).o"; done
+"$NVCC" -cudart static -gencode arch=compute_90,code=sm_90 -o "$OUT/kernel_test" $OBJS -ldl -lpthread -Xcompiler -static-libstdc++,-static-libgcc
 echo "built $OUT/kernel_test"

@@ -7,10 +7,13 @@
 //    all of them; f32 accumulation, warp-shuffle reduction, then shared memory across warps (G > 32);
 //  - the first weight vectors are loaded before pdlWait(): weights never depend on the previous
 //    kernel, so with programmatic dependent launch their latency hides under the previous kernel's tail.
-#include "kernels.h"
+#include "gemv.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "../lowp.cuh"
+#include "mamba/mamba.h"
+
+#include <algorithm>
+#include <stdexcept>
 
 namespace mamba::cuda {
 namespace {
@@ -31,45 +34,19 @@ struct GemvArgs {
     NormPrologue norm;  // NORM variant only
 };
 
-// A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32.
+// A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32 (lowp.cuh).
 template <typename W, bool VEC> struct Chunk;
 template <typename W> struct Chunk<W, true> {
-    static constexpr int kElems = 16 / sizeof(W);
+    static constexpr int kElems = kChunkElems<W>;
     int4 raw;
     __device__ __forceinline__ void load(const W* p) { raw = __ldcs(reinterpret_cast<const int4*>(p)); }
-    __device__ __forceinline__ void unpack(float (&f)[kElems]) const;
+    __device__ __forceinline__ void unpack(float (&f)[kElems]) const { unpack16<W>(raw, f); }
 };
-template <> __device__ __forceinline__ void Chunk<float, true>::unpack(float (&f)[4]) const {
-    f[0] = __int_as_float(raw.x);
-    f[1] = __int_as_float(raw.y);
-    f[2] = __int_as_float(raw.z);
-    f[3] = __int_as_float(raw.w);
-}
-template <> __device__ __forceinline__ void Chunk<__nv_bfloat16, true>::unpack(float (&f)[8]) const {
-    const unsigned u[4] = {static_cast<unsigned>(raw.x), static_cast<unsigned>(raw.y), static_cast<unsigned>(raw.z),
-                           static_cast<unsigned>(raw.w)};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // bf16 → f32 is exact: the 16 bits become the top half of the float
-        f[2 * i] = __uint_as_float(u[i] << 16);
-        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    }
-}
-template <> __device__ __forceinline__ void Chunk<__half, true>::unpack(float (&f)[8]) const {
-    const int u[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        __half2 h;
-        memcpy(&h, &u[i], sizeof h);
-        const float2 v = __half22float2(h);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-    }
-}
 template <typename W> struct Chunk<W, false> {
     static constexpr int kElems = 1;
     W raw;
     __device__ __forceinline__ void load(const W* p) { raw = *p; }
-    __device__ __forceinline__ void unpack(float (&f)[1]) const { f[0] = static_cast<float>(raw); }
+    __device__ __forceinline__ void unpack(float (&f)[1]) const { f[0] = toFloat(raw); }
 };
 
 template <int N, bool VEC>
@@ -235,14 +212,17 @@ __global__ void __launch_bounds__(kThreads, R <= 2 ? 4 : 1) gemvKernel(GemvArgs 
 
 template <typename Kernel>
 void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& a, int g, size_t smem) {
+    // Above 48 KiB a kernel must opt in to more dynamic shared memory. The attribute belongs to the device
+    // context, which every backend on the device shares, so it is set on each such launch (a cheap host
+    // call, legal during graph capture) instead of being remembered in a process-wide flag, and always to
+    // the same value, so that concurrent setters on other threads cannot lower it under a launch.
     if (smem > 48 * 1024) {
-        static bool raised = false;  // one flag per kernel instantiation
-        if (!raised) {
-            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kNormFuseMaxWidth * kGemvMaxRows * sizeof(float))),
-                  "cudaFuncSetAttribute (gemv shared memory)");
-            raised = true;
-        }
+        const size_t most = std::min<size_t>(static_cast<size_t>(kNormFuseMaxWidth) * kGemvMaxRows * sizeof(float),
+                                             static_cast<size_t>(ex.smem_optin));
+        if (smem > most)
+            throw std::logic_error("gemv: the rmsnorm prologue needs more shared memory than the device has");
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)),
+              "cudaFuncSetAttribute (gemv shared memory)");
     }
     launch(smem ? "gemv (rmsnorm fused)" : "gemv", ex, kernel, dim3(blocksFor(a.out, kThreads / g)), dim3(kThreads),
            smem, a);
@@ -300,15 +280,9 @@ bool isLowp(int wdtype) { return wdtype == DTYPE_BF16 || wdtype == DTYPE_F16; }
 
 }  // namespace
 
-namespace {
-int g_group_override = 0;  // tests and benchmarks only
-}  // namespace
-
-void setGemvGroupOverride(int G) { g_group_override = G; }
-
 int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised) {
     if (!vectorised) return 32;
-    if (g_group_override > 0) return g_group_override;
+    if (ex.gemv_group > 0) return ex.gemv_group;
     const int V = isLowp(wdtype) ? 8 : 4;
     const int vecs = (in + V - 1) / V;
     const int64_t min_threads = static_cast<int64_t>(ex.sms) * 1024;  // half the resident threads of the GPU
@@ -317,9 +291,11 @@ int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised) 
     return G;
 }
 
-bool gemvNormFusable(const void* w, int wdtype, int in) {
+bool gemvNormFusable(const Exec& ex, int rows, const void* w, int wdtype, int in) {
     const int V = isLowp(wdtype) ? 8 : 4;
-    return in % V == 0 && aligned16(w) && in <= kNormFuseMaxWidth;
+    const size_t smem = static_cast<size_t>(rows) * static_cast<size_t>(in) * sizeof(float);
+    return rows >= 1 && rows <= kGemvMaxRows && in % V == 0 && aligned16(w) && in <= kNormFuseMaxWidth &&
+           (smem <= 48 * 1024 || smem <= static_cast<size_t>(ex.smem_optin));
 }
 
 void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
@@ -329,7 +305,7 @@ void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, 
     const int V = isLowp(wdtype) ? 8 : 4;
     // The vector path needs whole 16-byte weight chunks per row and 16-byte aligned activation rows. The
     // choice depends on the shape and layout only, never on `rows`, so batch rows stay bit-identical.
-    const bool vec = norm ? gemvNormFusable(w, wdtype, in)
+    const bool vec = norm ? gemvNormFusable(ex, rows, w, wdtype, in)
                           : in % V == 0 && aligned16(w) && aligned16(x) && ldx % 4 == 0;
     if (norm && !vec) throw std::logic_error("gemv: rmsnorm prologue on a weight that gemvNormFusable rejects");
     const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}};

@@ -1,0 +1,190 @@
+// The one dispatch point of every matrix product on CUDA (ops/gemm.h): CudaBackend::gemm picks the
+// kernel from the product's kind, its row count, the weight's storage type and the mode.
+//
+// Forward, y = beta·y + x·Wᵀ (+ bias), W [out, in] read ONLY in the storage it is given (w.lowp for
+// BF16/F16, w.f32 for F32/TF32; the other pointer may be null):
+//
+// | storage    | rows ≤ kGemvMaxRows (decode)              | more rows                                    |
+// |------------|-------------------------------------------|----------------------------------------------|
+// | F32        | our gemv (gemv.cu), exact f32             | cublasSgemm, default math (no TF32)          |
+// | TF32       | our gemv, exact f32 (bandwidth-bound)     | cublasSgemm, TF32 tensor-op math             |
+// | BF16 / F16 | our gemv on the 2-byte values, f32 accum. | activations packed to bf16/f16, cublasGemmEx |
+//
+// GemmMode::Reproducible takes the same kernels: the gemv reduces in a fixed order chosen from the shape
+// alone, and cuBLAS is run to run deterministic for a fixed handle, stream, workspace and shape (one
+// handle per context, no atomics mode), so a product depends only on its operands.
+//
+// BackwardData, dx = beta·dx + dy·W, and WeightGrad, dw += dyᵀ·x, dbias += Σ_r dy[r], always run in true
+// f32 on cuBLAS (default math) with W's f32 values; the bias gradient is a fixed-order column sum.
+//
+// cuBLAS is column-major. A row-major matrix M[rows, cols] with row stride ld is the column-major
+// cols×rows matrix with leading dimension ld, so with W [out, in] (ld in), x [rows, in] (ld ldx),
+// y [rows, out] (ld ldy), dy [rows, out] (ld lddy), dx [rows, in] (ld lddx):
+//  - forward   yᶜ(out×rows)  = (Wᶜ)ᵀ · xᶜ:        transa = T, transb = N, m = out, n = rows, k = in;
+//  - data grad dxᶜ(in×rows)  = Wᶜ(in×out) · dyᶜ:   transa = N, transb = N, m = in,  n = rows, k = out;
+//  - weight    dwᶜ(in×out)  += xᶜ · (dyᶜ)ᵀ:        transa = N, transb = T, m = in,  n = out,  k = rows.
+#include "../cuda_backend.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace mamba::cuda {
+namespace {
+
+const char* kindName(GemmKind k) {
+    switch (k) {
+        case GemmKind::Forward: return "gemm (Forward)";
+        case GemmKind::BackwardData: return "gemm (BackwardData)";
+        default: return "gemm (WeightGrad)";
+    }
+}
+
+int toInt(int64_t v, const char* op, const char* what) {
+    if (v > std::numeric_limits<int>::max())
+        throw std::invalid_argument(std::string(op) + ": " + what + " = " + std::to_string(v) +
+                                    " exceeds the 32-bit range of cuBLAS");
+    return static_cast<int>(v);
+}
+
+bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
+
+[[noreturn]] void badLd(const char* op, const char* name, int64_t ld, int64_t cols) {
+    fail(std::string(op) + ": " + name + " = " + std::to_string(ld) + " < " + std::to_string(cols) + " columns");
+}
+
+/** Host checks of a product's arguments (messages are built only on failure: this runs on every call). */
+void validate(const Gemm& g) {
+    const char* op = kindName(g.kind);
+    if (g.rows < 0) fail(std::string(op) + ": rows = " + std::to_string(g.rows) + " is negative");
+    if (g.w.out < 0 || g.w.in < 0)
+        fail(std::string(op) + ": weight shape [" + std::to_string(g.w.out) + ", " + std::to_string(g.w.in) +
+             "] is negative");
+    if (g.rows == 0) return;
+    if (!g.a || !g.c) fail(std::string(op) + ": null operand");
+    const bool fwd = g.kind == GemmKind::Forward;
+    const int64_t a_cols = fwd ? g.w.in : g.w.out, c_cols = fwd ? g.w.out : g.w.in;
+    if (g.rows > 1 && g.lda < a_cols) badLd(op, "lda", g.lda, a_cols);
+    if (g.kind == GemmKind::WeightGrad) {
+        if (!g.b) fail(std::string(op) + ": null x");
+        if (g.rows > 1 && g.ldb < g.w.in) badLd(op, "ldb", g.ldb, g.w.in);
+    } else if (g.rows > 1 && g.ldc < c_cols) {
+        badLd(op, "ldc", g.ldc, c_cols);
+    }
+}
+
+}  // namespace
+
+const void* forwardStorage(const Matrix& w, const char* op) {
+    const bool lowp = isLowp(w.dtype);
+    if (!lowp && w.dtype != DTYPE_F32 && w.dtype != DTYPE_TF32)
+        fail(std::string(op) + ": unknown storage dtype code " + std::to_string(w.dtype));
+    const void* p = lowp ? w.lowp : static_cast<const void*>(w.f32);
+    if (!p)
+        fail(std::string(op) + ": a " + (w.dtype == DTYPE_BF16 ? "BF16" : w.dtype == DTYPE_F16 ? "F16" : "F32/TF32") +
+             " matrix [" + std::to_string(w.out) + ", " + std::to_string(w.in) + "] without its " +
+             (lowp ? "2-byte" : "f32") + " values");
+    return p;
+}
+
+void CudaBackend::gemm(const Gemm& g) {
+    Lock lock(mu_);
+    enter();
+    runGemm(g);
+}
+
+void CudaBackend::runGemm(const Gemm& g) {
+    validate(g);
+    if (g.rows == 0) return;
+    switch (g.kind) {
+        case GemmKind::Forward: gemmForward(nextExec(), g); break;
+        case GemmKind::BackwardData:
+            nextExec();  // (cuBLAS launches without PDL; this only consumes a pending serialisation)
+            gemmBackwardData(g);
+            break;
+        case GemmKind::WeightGrad: gemmWeightGrad(nextExec(), g); break;
+    }
+}
+
+void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
+    const Matrix& w = g.w;
+    const void* wp = forwardStorage(w, "gemm (Forward)");
+    if (w.out == 0) return;
+    if (g.rows <= kGemvMaxRows) {
+        // Decode: HBM-bound matrix-vector products; f32 storage (F32 and TF32) runs in exact f32 here.
+        gemv(e, g.a, g.lda, static_cast<int>(g.rows), wp, w.dtype, w.out, w.in, g.bias, g.c, g.ldc, g.beta);
+        return;
+    }
+    const char* op = "gemm (Forward)";
+    const int n_rows = toInt(g.rows, op, "rows");
+    const int ldx = toInt(g.lda, op, "lda"), ldy = toInt(g.ldc, op, "ldc");
+    const bool lowp = isLowp(w.dtype);
+    // Everything that may fail for want of cuBLAS or memory comes before the first launch touches y.
+    const cublasHandle h = blas();
+    void* packed = lowp ? lowpWorkspace() : nullptr;
+    float beta = g.beta;
+    if (g.bias) {
+        biasInit(e, g.c, g.ldc, g.rows, w.out, g.bias, beta);
+        beta = 1.f;
+    }
+    const CublasApi& api = cublas();
+    const float one = 1.f;
+    const int m = w.out, k = w.in;
+    if (!lowp) {
+        setMath(w.dtype == DTYPE_TF32 ? kCublasTf32TensorOpMath : kCublasDefaultMath);
+        checkCublas(api.sgemm(h, kCublasOpT, kCublasOpN, m, n_rows, k, &one, w.f32, k, g.a, ldx, &beta, g.c, ldy),
+                    "cublasSgemm_v2");
+        return;
+    }
+    // bf16/f16 weights: cublasGemmEx needs both operands in 16 bits, so the activations are packed to the
+    // weight type in the fixed workspace (chunks of rows); products accumulate in f32 into f32 y.
+    setMath(kCublasDefaultMath);
+    const cudaDataType type = w.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(k, 1));
+    for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, g.rows - r0);
+        rowsToLowp(e, g.a + r0 * g.lda, g.lda, n, k, packed, w.dtype);
+        checkCublas(api.gemmEx(h, kCublasOpT, kCublasOpN, m, static_cast<int>(n), k, &one, w.lowp, type, k, packed,
+                               type, k, &beta, g.c + r0 * g.ldc, CUDA_R_32F, ldy, kCublasCompute32F,
+                               kCublasGemmDefault),
+                    "cublasGemmEx");
+    }
+}
+
+void CudaBackend::gemmBackwardData(const Gemm& g) {
+    const Matrix& w = g.w;
+    if (!w.f32)
+        fail("gemm (BackwardData): the weight [" + std::to_string(w.out) + ", " + std::to_string(w.in) +
+             "] has no f32 values (the backward reads W as f32)");
+    if (w.in == 0) return;  // (out == 0: cuBLAS scales dx by beta, like an empty sum)
+    const char* op = "gemm (BackwardData)";
+    const int n_rows = toInt(g.rows, op, "rows");
+    const int lddy = toInt(g.lda, op, "lda"), lddx = toInt(g.ldc, op, "ldc");
+    const cublasHandle h = blas();
+    setMath(kCublasDefaultMath);  // true f32, whatever the forward's storage
+    const float one = 1.f;
+    const float beta = g.beta;
+    checkCublas(cublas().sgemm(h, kCublasOpN, kCublasOpN, w.in, n_rows, w.out, &one, w.f32, w.in, g.a, lddy, &beta,
+                               g.c, lddx),
+                "cublasSgemm_v2 (input gradient)");
+}
+
+void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
+    const int out = g.w.out, in = g.w.in;
+    if (out == 0) return;
+    if (in > 0) {
+        const char* op = "gemm (WeightGrad)";
+        const int n_rows = toInt(g.rows, op, "rows");
+        const int lddy = toInt(g.lda, op, "lda"), ldx = toInt(g.ldb, op, "ldb");
+        const cublasHandle h = blas();
+        setMath(kCublasDefaultMath);
+        const float one = 1.f;
+        checkCublas(cublas().sgemm(h, kCublasOpN, kCublasOpT, in, out, n_rows, &one, g.b, ldx, g.a, lddy, &one, g.c,
+                                   in),
+                    "cublasSgemm_v2 (weight gradient)");
+    }
+    if (g.dbias) train::columnSums(e, g.a, g.lda, nullptr, 0, nullptr, g.rows, out, g.dbias, trainScratch());
+}
+
+}  // namespace mamba::cuda

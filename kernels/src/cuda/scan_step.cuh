@@ -1,0 +1,52 @@
+// The selective-scan recurrence, written once. Every kernel that advances an SSM state — the sequential
+// and chunked inference scans, the training forward (the sequential scan with checkpoints) and the
+// backward's recomputation from the checkpoints — goes through scanUpdate(), so the recomputed states
+// are the forward's states bit for bit.
+//
+//   h_t = exp(Δ·A)·h_{t−1} + (Δ·u)·B_t,  with exp(Δ·A) computed as exp2f(Δ·a2), a2 = A·log2(e),
+//   rounded as fma(exp(Δ·A), h_{t−1}, round(Δu·B_t)).
+#pragma once
+
+namespace mamba::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+/** The decay exp(Δ·A) of one state, a2 = A·log2(e). */
+__device__ __forceinline__ float scanDecay(float delta, float a2) { return exp2f(delta * a2); }
+
+/**
+ * One state's step: h ← exp(Δ·A)·h + Δu·b, as fma(exp(Δ·A), h, round(Δu·b)). The fma is explicit so that
+ * every kernel rounds the same way whatever the compiler's contraction heuristics see around the call.
+ */
+__device__ __forceinline__ float scanUpdate(float h, float a2, float delta, float du, float b) {
+    return fmaf(scanDecay(delta, a2), h, __fmul_rn(du, b));
+}
+
+/** One step of a lane's NS states n = n0 … n0+NS−1 (those < N): h_n ← exp(Δ·A_n)·h_n + Δu·B_t[n]. */
+template <int NS>
+__device__ __forceinline__ void scanStep(float (&h)[NS], const float (&a2)[NS], float delta, float du,
+                                         const float* Bt, int n0, int N) {
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+        if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, Bt[n0 + i]);
+}
+
+/**
+ * scanStep, and the lane's share of y_t = Σ_n h_n·C_t[n] accumulated in state order as each state is
+ * updated (the lanes' shares are then summed by shuffles).
+ */
+template <int NS>
+__device__ __forceinline__ float scanStepOutput(float (&h)[NS], const float (&a2)[NS], float delta, float du,
+                                                const float* Bt, const float* Ct, int n0, int N) {
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        if (n0 + i < N) {
+            h[i] = scanUpdate(h[i], a2[i], delta, du, Bt[n0 + i]);
+            acc = fmaf(h[i], Ct[n0 + i], acc);
+        }
+    }
+    return acc;
+}
+
+}  // namespace mamba::cuda
