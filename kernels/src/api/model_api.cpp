@@ -132,11 +132,16 @@ static StateImpl* newStateImpl(const ModelImpl& m, int batch) {
     return new StateImpl(m.ops, m.device, m.backbone.dims, m.backbone.arch->code(), batch);
 }
 
-State::State(const Model& model, int batch) : impl_(newStateImpl(*model.impl(), batch)) {}
+// A state may be used by any model of its shape on its device, and models run on their own contexts (streams):
+// every state operation completes before it returns, so no other context can see it half done.
+State::State(const Model& model, int batch) : impl_(newStateImpl(*model.impl(), batch)) { impl_->ops->synchronize(); }
 State::~State() { delete impl_; }
 int State::batch() const { return impl_->batch; }
 int64_t State::rowSize() const { return impl_->row_state; }
-void State::reset() { impl_->ops->zero(impl_->data.data(), impl_->data.size()); }
+void State::reset() {
+    impl_->ops->zero(impl_->data.data(), impl_->data.size());
+    impl_->ops->synchronize();
+}
 
 static void checkRow(const StateImpl& s, int row) {
     if (row < 0 || row >= s.batch)
@@ -146,6 +151,7 @@ static void checkRow(const StateImpl& s, int row) {
 void State::resetRow(int row) {
     checkRow(*impl_, row);
     impl_->ops->zero(impl_->data.data() + row * impl_->row_state, impl_->row_state);
+    impl_->ops->synchronize();
 }
 
 void State::readRow(int row, float* dst, int64_t dstLength) const {
@@ -160,6 +166,7 @@ void State::writeRow(int row, const float* src, int64_t srcLength) {
     require(src != nullptr, "source is null");
     requireLength("state row", srcLength, impl_->row_state);
     impl_->ops->upload(impl_->data.data() + row * impl_->row_state, src, impl_->row_state);
+    impl_->ops->synchronize();
 }
 
 void State::copyFrom(const State& other) {

@@ -8,10 +8,6 @@
 
 namespace mamba {
 
-namespace {
-bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
-}  // namespace
-
 ModelImpl::ModelImpl(const ModelConfig& config, int device, int dtype, int64_t seed)
     : backbone(config), device(device), dtype(dtype), ops(openBackend(device)), runner_(backbone) {
     require(dtype >= DTYPE_F32 && dtype <= DTYPE_F16, "dtype code " + std::to_string(dtype) + " is unknown");
