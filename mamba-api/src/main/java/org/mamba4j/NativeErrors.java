@@ -18,9 +18,10 @@ import java.util.regex.Pattern;
  * </ul>
  *
  * The argument tags are stripped (the exception type says it); the last two are kept, they read as
- * sentences. Messages without a tag come from a libmamba that predates the contract: for those, the few
- * argument messages Java callers can reach are recognised by their wording ({@link #LEGACY_ARGUMENT},
- * {@link #LEGACY_CONFIG}); everything else stays a {@link MambaException}.
+ * sentences. Messages without a tag come from a libmamba that predates the contract: for those, the
+ * messages Java callers can reach are recognised by their wording ({@link #LEGACY_ARGUMENT},
+ * {@link #LEGACY_CONFIG}, {@link #LEGACY_STATE}) so the exception types are the same before and after the
+ * tags; everything else stays a {@link MambaException}. Drop the legacy patterns once libmamba tags.
  */
 final class NativeErrors {
     static final String INVALID_ARGUMENT = "invalid argument: ";
@@ -29,11 +30,14 @@ final class NativeErrors {
     static final String OUT_OF_MEMORY = "out of memory";
     static final String NO_DEVICE = "no CUDA device";
 
-    /** Untagged argument messages: requireLength's "x has 3 floats, expected 4" and the range checks. */
-    static final Pattern LEGACY_ARGUMENT =
-            Pattern.compile(" has -?\\d+ floats, expected -?\\d+$| is out of range \\[| is outside \\[");
+    /** Untagged argument messages: requireLength's "x has 3 floats, expected 4", the range checks, field names. */
+    static final Pattern LEGACY_ARGUMENT = Pattern.compile(
+            " has -?\\d+ floats, expected -?\\d+$| is out of range \\[| is outside \\[|^unknown config field '");
     /** Untagged validateConfig messages name the field first: "inputDim = 2000000 is out of range: …". */
-    static final Pattern LEGACY_CONFIG = Pattern.compile("^[A-Za-z][A-Za-z/]* = \\S+ (is|must)|^unknown config field");
+    static final Pattern LEGACY_CONFIG = Pattern.compile("^[A-Za-z][A-Za-z/]* = \\S+ (is|must)");
+    /** Untagged call-order messages of the Trainer: a backward without its forward, and the like. */
+    static final Pattern LEGACY_STATE = Pattern.compile(
+            "^backward needs a forward first|^no forward has run yet$|^no backward has run yet$");
 
     private NativeErrors() {}
 
@@ -54,6 +58,7 @@ final class NativeErrors {
         if (m.startsWith(NO_DEVICE)) return new DeviceUnavailableException(m);
         if (config && LEGACY_CONFIG.matcher(m).find()) return argument(m, true, e);
         if (LEGACY_ARGUMENT.matcher(m).find()) return argument(m, config, e);
+        if (LEGACY_STATE.matcher(m).find()) return new IllegalStateException(m, e);
         return new MambaException(m, e);
     }
 
