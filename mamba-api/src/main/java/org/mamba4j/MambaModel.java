@@ -59,11 +59,16 @@ public final class MambaModel implements AutoCloseable {
             this.peer = NativeGuard.config(() -> new Model(c, device.code(), dtype.code, seed));
         }
         this.guard = NativeGuard.of("MambaModel", peer::close);
-        this.names = guard.get(() -> {
-            List<String> n = new ArrayList<>();
-            for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
-            return Collections.unmodifiableList(n);
-        });
+        try {
+            this.names = guard.get(() -> {
+                List<String> n = new ArrayList<>();
+                for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
+                return Collections.unmodifiableList(n);
+            });
+        } catch (RuntimeException e) {
+            guard.close();
+            throw e;
+        }
     }
 
     /** A builder for a model of this configuration (any architecture; {@link Mamba1Config} for Mamba-1). */
