@@ -54,6 +54,11 @@ import org.mamba4j.nativ.global.libmamba;
  * open while the trainer is used; every call after {@link #close()} (of either) throws
  * {@link IllegalStateException}. Closing is idempotent and thread-safe.
  *
+ * <p><b>Errors.</b> Wrong shapes and out-of-range values (a cross-entropy target outside the head's vocabulary)
+ * throw {@link IllegalArgumentException}; calls out of order (a {@link #backward} without its {@link #forward},
+ * {@link #inputGradient} before any backward, {@link #readEndState} before any forward) throw
+ * {@link IllegalStateException}.
+ *
  * <p><b>Models.</b> Float-input backbones only: a language model ({@code vocabSize > 0}) is refused by
  * {@link #builder(MambaModel)}, since its token embedding would get no gradient (only weight decay).
  *
