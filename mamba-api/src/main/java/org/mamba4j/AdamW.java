@@ -22,16 +22,13 @@ import java.util.function.Predicate;
  * rather than {@code lr(double)}: a static method reached through an instance would silently drop
  * the other settings.
  *
- * <p><b>No-decay groups.</b> By default weight decay skips norms, biases, {@code A_log} and {@code D}
- * (and {@code lm_head.bias}); {@link #noDecay(Predicate)} replaces that rule with a predicate on the
- * tensor name: matching tensors get no decay, all others do.
+ * <p><b>No-decay groups.</b> By default weight decay skips what libmamba marks as no-decay for each tensor
+ * — norms, biases, {@code A_log} and {@code D} (and {@code lm_head.bias}); {@link Trainer#weightDecay(String)}
+ * tells the flag of a trainer's tensor. {@link #noDecay(Predicate)} replaces that rule with a predicate on the
+ * tensor name: matching tensors get no decay, all others do. (The name-based {@code DEFAULT_NO_DECAY}
+ * predicate and {@code isNoDecay(String)} are gone: the flags are libmamba's, one source for both languages.)
  */
 public final class AdamW {
-    /** The default no-decay rule, by name: norm weights, biases, {@code A_log}, {@code D}. */
-    public static final Predicate<String> DEFAULT_NO_DECAY = name -> name.endsWith("norm.weight")
-            || name.endsWith("norm_f.weight") || name.endsWith(".bias") || name.endsWith("A_log")
-            || name.endsWith(".D");
-
     private static final AdamW DEFAULTS = new AdamW(1e-3, 0.9, 0.999, 1e-8, 0.01, null);
 
     private final double learningRate, beta1, beta2, eps, weightDecay;
@@ -92,9 +89,9 @@ public final class AdamW {
     public double eps() { return eps; }
     public double weightDecay() { return weightDecay; }
 
-    /** Whether a tensor of this name is excluded from weight decay. */
-    public boolean isNoDecay(String name) {
-        return noDecay != null ? noDecay.test(name) : DEFAULT_NO_DECAY.test(name);
+    /** The user's no-decay predicate, or null for libmamba's per-tensor defaults. */
+    Predicate<String> noDecayRule() {
+        return noDecay;
     }
 
     @Override

@@ -23,7 +23,6 @@ import org.mamba4j.io.TensorInfo;
 final class Checkpoints {
     static final String FORMAT = "mamba4j";
     static final String FORMAT_VERSION = "1";
-    static final String ARCH_MAMBA1 = "mamba1";
     private static final ObjectMapper JSON = new ObjectMapper();
 
     private Checkpoints() {}
@@ -32,12 +31,12 @@ final class Checkpoints {
         Map<String, String> meta = new LinkedHashMap<>();
         meta.put("format", FORMAT);
         meta.put("format_version", FORMAT_VERSION);
-        meta.put("arch", ARCH_MAMBA1);
+        meta.put("arch", model.config().arch());
         meta.put("input_dim", Integer.toString(model.inputDim()));
         meta.put("vocab_size", Integer.toString(model.vocabSize()));
         meta.put("tie_embeddings", Boolean.toString(model.tieEmbeddings()));
         try {
-            meta.put("config", JSON.writeValueAsString(model.config().toMap()));
+            meta.put("config", JSON.writeValueAsString(ModelConfigs.toMetadata(model.config())));
         } catch (Exception e) {
             throw new CheckpointException("could not encode the configuration", e);
         }
@@ -73,7 +72,7 @@ final class Checkpoints {
         }
     }
 
-    private record Header(Mamba1Config config, int inputDim, int vocabSize, boolean tie) {}
+    private record Header(ModelConfig config, int inputDim, int vocabSize, boolean tie) {}
 
     private static Header header(SafeTensorsFile f) {
         Map<String, String> meta = f.metadata();
@@ -83,21 +82,14 @@ final class Checkpoints {
                     + "); HuggingFace folders load through MambaLM.fromPretrained");
         if (!FORMAT_VERSION.equals(meta.get("format_version")))
             throw new CheckpointException(where + ": unsupported format_version " + meta.get("format_version"));
-        if (!ARCH_MAMBA1.equals(meta.get("arch")))
-            throw new CheckpointException(where + ": architecture '" + meta.get("arch") + "' is not " + ARCH_MAMBA1);
         try {
             JsonNode c = JSON.readTree(meta.getOrDefault("config", ""));
             if (c == null || !c.isObject()) throw new CheckpointException(where + ": metadata 'config' is not a JSON object");
-            Mamba1Config config = Mamba1Config.builder().dModel(intField(c, "d_model", where))
-                    .dState(intField(c, "d_state", where)).dConv(intField(c, "d_conv", where))
-                    .expand(intField(c, "expand", where)).dtRank(intField(c, "dt_rank", where))
-                    .layers(intField(c, "n_layers", where)).normEps(numField(c, "norm_eps", where))
-                    .dtMin(numField(c, "dt_min", where)).dtMax(numField(c, "dt_max", where))
-                    .dtInitFloor(numField(c, "dt_init_floor", where)).build();
+            ModelConfig config = ModelConfigs.fromMetadata(meta.get("arch"), c, where);
             int inputDim = Integer.parseInt(meta.getOrDefault("input_dim", "x"));
             if (inputDim < 0) throw new CheckpointException(where + ": input_dim = " + inputDim + " is negative");
             int vocab = Integer.parseInt(meta.getOrDefault("vocab_size", "0"));
-            if (vocab < 0 || vocab > 10_000_000) throw new CheckpointException(where + ": vocab_size = " + vocab + " is out of range");
+            if (vocab < 0 || vocab > ModelConfig.limitMax("vocabSize")) throw new CheckpointException(where + ": vocab_size = " + vocab + " is out of range");
             String tie = meta.getOrDefault("tie_embeddings", "true");
             if (!tie.equals("true") && !tie.equals("false")) throw new CheckpointException(where + ": tie_embeddings = " + tie);
             return new Header(config, inputDim, vocab, Boolean.parseBoolean(tie));
@@ -108,19 +100,6 @@ final class Checkpoints {
         } catch (Exception e) {
             throw new CheckpointException(where + ": metadata 'config' is not valid JSON: " + e.getMessage(), e);
         }
-    }
-
-    private static int intField(JsonNode c, String key, String where) {
-        JsonNode v = c.get(key);
-        if (v == null || !v.canConvertToInt() || !v.isIntegralNumber())
-            throw new CheckpointException(where + ": config field '" + key + "' is missing or not an integer");
-        return v.intValue();
-    }
-
-    private static double numField(JsonNode c, String key, String where) {
-        JsonNode v = c.get(key);
-        if (v == null || !v.isNumber()) throw new CheckpointException(where + ": config field '" + key + "' is missing or not a number");
-        return v.doubleValue();
     }
 
     /** Checks names, shapes and dtypes of every tensor, then reads them all; the model is not touched. */

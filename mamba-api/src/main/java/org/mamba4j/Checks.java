@@ -1,5 +1,6 @@
 package org.mamba4j;
 
+import java.nio.ByteOrder;
 import java.nio.FloatBuffer;
 
 /** Argument checks shared by the API classes: clear Java exceptions before anything reaches native code. */
@@ -11,10 +12,17 @@ final class Checks {
             throw new IllegalArgumentException(what + " has " + got + " floats, expected " + expected);
     }
 
-    /** A direct input buffer with exactly {@code expected} floats remaining. */
+    /**
+     * A direct input buffer in the platform's byte order with exactly {@code expected} floats remaining.
+     * libmamba reads the buffer's memory as native floats: a view of a big-endian {@code ByteBuffer} (the
+     * default order of {@code ByteBuffer.allocateDirect}) would be read as garbage, so it is refused.
+     */
     static void input(String what, FloatBuffer b, long expected) {
         if (b == null) throw new NullPointerException(what + " is null");
         if (!b.isDirect()) throw new IllegalArgumentException(what + " must be a direct FloatBuffer (or pass a float[])");
+        if (b.order() != ByteOrder.nativeOrder())
+            throw new IllegalArgumentException(what + " is a " + b.order() + " buffer but native code reads " + ByteOrder.nativeOrder()
+                    + " floats: create it with ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder()).asFloatBuffer()");
         length(what + ".remaining()", b.remaining(), expected);
     }
 
@@ -23,8 +31,6 @@ final class Checks {
         input(what, b, expected);
         if (b.isReadOnly()) throw new IllegalArgumentException(what + " is read-only");
     }
-
-    /** NaN or infinite values would silently poison a recurrent state; reject them at the door. */
 
     /** NaN or infinite values would silently poison weights or a recurrent state; reject them at the door. */
     static void finite(String what, float[] v) {

@@ -40,13 +40,13 @@ public final class Device {
     /** Number of usable CUDA devices; 0 without a driver, a GPU, or CUDA support in this build. */
     public static int cudaCount() {
         Native.load();
-        return libmamba.cudaDeviceCount();
+        return NativeGuard.call(libmamba::cudaDeviceCount);
     }
 
     /** Why {@link #cudaCount()} is 0, or an empty string when it is not. */
     public static String cudaUnavailableReason() {
         Native.load();
-        return libmamba.cudaUnavailableReason().getString();
+        return NativeGuard.call(() -> libmamba.cudaUnavailableReason().getString());
     }
 
     /** True for the CPU. */
@@ -67,19 +67,19 @@ public final class Device {
     /** The GPU's name, or "cpu". */
     public String name() {
         if (isCpu()) return "cpu";
-        return Native.get(() -> libmamba.cudaDeviceName(ordinal).getString());
+        return NativeGuard.call(() -> libmamba.cudaDeviceName(ordinal).getString());
     }
 
     /** Total device memory in bytes (the CPU reports the JVM-independent physical size as -1: unknown). */
     public long totalMemory() {
         if (isCpu()) return -1;
-        return Native.get(() -> libmamba.cudaDeviceTotalMemory(ordinal));
+        return NativeGuard.call(() -> libmamba.cudaDeviceTotalMemory(ordinal));
     }
 
     /** Free device memory in bytes right now (-1 for the CPU). */
     public long freeMemory() {
         if (isCpu()) return -1;
-        return Native.get(() -> libmamba.cudaDeviceFreeMemory(ordinal));
+        return NativeGuard.call(() -> libmamba.cudaDeviceFreeMemory(ordinal));
     }
 
     int code() {

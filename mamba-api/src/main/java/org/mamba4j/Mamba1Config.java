@@ -3,7 +3,6 @@ package org.mamba4j;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
-import org.mamba4j.nativ.ModelConfig;
 import org.mamba4j.nativ.global.libmamba;
 
 /**
@@ -12,7 +11,10 @@ import org.mamba4j.nativ.global.libmamba;
  * [0.001, 0.1] with floor 1e-4; d_model 128 and 3 layers as in the reference Rust crate.
  * Immutable; build with {@link #builder()}, which validates every field.
  */
-public final class Mamba1Config {
+public final class Mamba1Config implements ModelConfig {
+    /** The architecture tag of Mamba-1 models in checkpoints. */
+    static final String ARCH = "mamba1";
+
     private final int dModel, dState, dConv, expand, dtRank, layers;
     private final float normEps, dtMin, dtMax, dtInitFloor;
 
@@ -45,6 +47,10 @@ public final class Mamba1Config {
                 .layers(layers).normEps(normEps).dtMin(dtMin).dtMax(dtMax).dtInitFloor(dtInitFloor);
     }
 
+    /** Always {@code "mamba1"}. */
+    @Override
+    public String arch() { return ARCH; }
+    @Override
     public int dModel() { return dModel; }
     public int dState() { return dState; }
     public int dConv() { return dConv; }
@@ -53,6 +59,7 @@ public final class Mamba1Config {
     public int dInner() { return expand * dModel; }
     /** The Δ projection rank, resolved ("auto" = ⌈dModel/16⌉). */
     public int dtRank() { return dtRank > 0 ? dtRank : (dModel + 15) / 16; }
+    @Override
     public int layers() { return layers; }
     public float normEps() { return normEps; }
     public float dtMin() { return dtMin; }
@@ -60,13 +67,13 @@ public final class Mamba1Config {
     public float dtInitFloor() { return dtInitFloor; }
 
     /** The native struct for this configuration with the given input width (0 = no input projection). */
-    ModelConfig toNative(int inputDim) {
+    org.mamba4j.nativ.ModelConfig toNative(int inputDim) {
         return toNative(inputDim, 0, true);
     }
 
     /** The native struct of a language model (vocabSize > 0) or a float-input backbone (vocabSize = 0). */
-    ModelConfig toNative(int inputDim, int vocabSize, boolean tieEmbeddings) {
-        return new ModelConfig().arch(1).vocab_size(vocabSize).tie_embeddings(tieEmbeddings).d_model(dModel).d_state(dState).d_conv(dConv).expand(expand)
+    org.mamba4j.nativ.ModelConfig toNative(int inputDim, int vocabSize, boolean tieEmbeddings) {
+        return new org.mamba4j.nativ.ModelConfig().arch(libmamba.ARCH_MAMBA1).vocab_size(vocabSize).tie_embeddings(tieEmbeddings).d_model(dModel).d_state(dState).d_conv(dConv).expand(expand)
                 .dt_rank(dtRank).n_layers(layers).input_dim(inputDim).norm_eps(normEps).dt_min(dtMin)
                 .dt_max(dtMax).dt_init_floor(dtInitFloor);
     }
@@ -142,9 +149,12 @@ public final class Mamba1Config {
         public Mamba1Config build() {
             Mamba1Config c = new Mamba1Config(this);
             Native.load();
-            try (ModelConfig n = c.toNative(0)) {
-                libmamba.validateConfig(n);
-            } catch (RuntimeException e) {
+            try (org.mamba4j.nativ.ModelConfig n = c.toNative(0)) {
+                NativeGuard.config(() -> {
+                    libmamba.validateConfig(n);
+                    return null;
+                });
+            } catch (RuntimeException e) {  // validateConfig only judges the configuration
                 throw new InvalidConfigException("invalid Mamba1Config: " + e.getMessage());
             }
             return c;

@@ -4,15 +4,17 @@ import java.nio.FloatBuffer;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
-import java.util.function.Supplier;
 import org.mamba4j.nativ.Model;
-import org.mamba4j.nativ.ModelConfig;
+import org.mamba4j.nativ.ParamLayout;
 
 /**
- * A Mamba-1 backbone with its weights on a {@link Device}: optional input projection
+ * A Mamba backbone with its weights on a {@link Device}: optional input projection
  * (inputDim → d_model, with bias), N residual Mamba blocks, and a final RMSNorm applied to every output.
+ * The blocks are those of its {@link ModelConfig}'s architecture (Mamba-1: {@link Mamba1Config}).
  *
  * <pre>{@code
  * try (MambaModel model = MambaModel.builder(Mamba1Config.defaults()).inputDim(32).seed(42).build();
@@ -28,19 +30,23 @@ import org.mamba4j.nativ.ModelConfig;
  * <p><b>Threads.</b> Calls on one model (and its states) are serialised: the model is safe to share,
  * but for throughput batch sequences into one state instead of calling from many threads.
  * Every call after {@link #close()} throws {@link IllegalStateException}.
+ *
+ * <p><b>Direct buffers</b> must be in the platform's byte order ({@code ByteBuffer.allocateDirect(n)
+ * .order(ByteOrder.nativeOrder()).asFloatBuffer()}): libmamba reads their memory as native floats, so any
+ * other order is rejected with {@link IllegalArgumentException}.
  */
 public final class MambaModel implements AutoCloseable {
-    private final Mamba1Config config;
+    private final ModelConfig config;
     private final int inputDim;
     private final int vocabSize;
     private final boolean tieEmbeddings;
     private final Device device;
     private final DType dtype;
     private final Model peer;
+    private final NativeGuard guard;
     private final List<String> names;
-    private volatile boolean closed;
 
-    private MambaModel(Mamba1Config config, int inputDim, int vocabSize, boolean tieEmbeddings, Device device, DType dtype,
+    private MambaModel(ModelConfig config, int inputDim, int vocabSize, boolean tieEmbeddings, Device device, DType dtype,
                        long seed) {
         Native.load();
         this.config = config;
@@ -49,16 +55,24 @@ public final class MambaModel implements AutoCloseable {
         this.tieEmbeddings = tieEmbeddings;
         this.device = device;
         this.dtype = dtype;
-        try (ModelConfig c = config.toNative(inputDim, vocabSize, tieEmbeddings)) {
-            this.peer = Native.get(() -> new Model(c, device.code(), dtype.code, seed));
+        try (org.mamba4j.nativ.ModelConfig c = ModelConfigs.toNative(config, inputDim, vocabSize, tieEmbeddings)) {
+            this.peer = NativeGuard.config(() -> new Model(c, device.code(), dtype.code, seed));
         }
-        List<String> n = new ArrayList<>();
-        for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
-        this.names = Collections.unmodifiableList(n);
+        this.guard = NativeGuard.of("MambaModel", peer::close);
+        try {
+            this.names = guard.get(() -> {
+                List<String> n = new ArrayList<>();
+                for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
+                return Collections.unmodifiableList(n);
+            });
+        } catch (RuntimeException e) {
+            guard.close();
+            throw e;
+        }
     }
 
-    /** A builder for a model of this configuration. */
-    public static Builder builder(Mamba1Config config) {
+    /** A builder for a model of this configuration (any architecture; {@link Mamba1Config} for Mamba-1). */
+    public static Builder builder(ModelConfig config) {
         return new Builder(config);
     }
 
@@ -72,7 +86,11 @@ public final class MambaModel implements AutoCloseable {
         return Checkpoints.load(file, device, dtype);
     }
 
-    public Mamba1Config config() { return config; }
+    /**
+     * The architecture's hyper-parameters. A {@link Mamba1Config} for a Mamba-1 model: use
+     * {@code model.config() instanceof Mamba1Config c} for its specific fields.
+     */
+    public ModelConfig config() { return config; }
     /** Width of an input projection, or 0 when inputs enter the residual stream directly. */
     public int inputDim() { return inputDim; }
     /** Floats per input position: {@code inputDim()}, or {@code dModel} without an input projection. */
@@ -92,18 +110,18 @@ public final class MambaModel implements AutoCloseable {
      * launch overhead. Ignored on the CPU.
      */
     public void setCudaGraphs(boolean enabled) {
-        call(() -> peer.setCudaGraphs(enabled));
+        guard.run(() -> peer.setCudaGraphs(enabled));
     }
 
     /** Whether decode steps replay CUDA graphs. */
     public boolean cudaGraphs() {
-        return callAndGet(() -> peer.cudaGraphs());
+        return guard.get(peer::cudaGraphs);
     }
 
     /** A zeroed state for {@code batch} independent sequences. Close it when done. */
     public MambaState newState(int batch) {
         Checks.positive("batch", batch);
-        return callAndGet(() -> new MambaState(this, new org.mamba4j.nativ.State(peer, batch)));
+        return guard.get(() -> new MambaState(this, new org.mamba4j.nativ.State(peer, batch)));
     }
 
     // ---- inference ----
@@ -120,7 +138,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.length("x", x.length, (long) state.batch() * inputWidth());
         Checks.length("y", y.length, (long) state.batch() * outputWidth());
-        call(() -> peer.step(state.peer(), x, x.length, y, y.length));
+        guard.run(() -> peer.step(state.peer(), x, x.length, y, y.length), state.guard());
     }
 
     /** One step from direct buffers (positions honoured, limits not moved): no copies on the CPU. */
@@ -128,7 +146,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.input("x", x, (long) state.batch() * inputWidth());
         Checks.output("y", y, (long) state.batch() * outputWidth());
-        call(() -> peer.step(state.peer(), x, x.remaining(), y, y.remaining()));
+        guard.run(() -> peer.step(state.peer(), x, x.remaining(), y, y.remaining()), state.guard());
     }
 
     /**
@@ -144,7 +162,7 @@ public final class MambaModel implements AutoCloseable {
         if (x.dtype() != DType.F32 || y.dtype() != DType.F32) throw new IllegalArgumentException("step tensors must be F32");
         Checks.length("x", x.size(), (long) state.batch() * inputWidth());
         Checks.length("y", y.size(), (long) state.batch() * outputWidth());
-        call(() -> peer.stepTensors(state.peer(), x.peer(), y.peer()));
+        guard.run(() -> peer.stepTensors(state.peer(), x.peer(), y.peer()), state.guard(), x.guard(), y.guard());
     }
 
     /**
@@ -156,7 +174,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.length("x", x.length, (long) state.batch() * steps * inputWidth());
         float[] y = new float[state.batch() * outputWidth()];
-        call(() -> peer.prefill(state.peer(), x, x.length, steps, y, y.length));
+        guard.run(() -> peer.prefill(state.peer(), x, x.length, steps, y, y.length), state.guard());
         return y;
     }
 
@@ -166,7 +184,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.input("x", x, (long) state.batch() * steps * inputWidth());
         Checks.output("y", y, (long) state.batch() * outputWidth());
-        call(() -> peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining()));
+        guard.run(() -> peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining()), state.guard());
     }
 
     /** Every position's output for x [B, T, inputWidth] from a zero state: returns [B, T, dModel]. */
@@ -186,7 +204,8 @@ public final class MambaModel implements AutoCloseable {
         long n = (long) batch * steps * outputWidth();
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("output of " + n + " floats does not fit a Java array");
         float[] y = new float[(int) n];
-        call(() -> peer.forward(state == null ? null : state.peer(), x, x.length, batch, steps, y, y.length));
+        if (state == null) guard.run(() -> peer.forward(null, x, x.length, batch, steps, y, y.length));
+        else guard.run(() -> peer.forward(state.peer(), x, x.length, batch, steps, y, y.length), state.guard());
         return y;
     }
 
@@ -198,7 +217,7 @@ public final class MambaModel implements AutoCloseable {
         requireVocab();
         Checks.length("ids", ids.length, state.batch());
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
-        call(() -> peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length));
+        guard.run(() -> peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length), state.guard());
     }
 
     /** A prompt of {@code steps} tokens per row, ids [B, T], state carried; last position's logits [B · vocab]. */
@@ -208,7 +227,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.length("ids", ids.length, (long) state.batch() * steps);
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
-        call(() -> peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length));
+        guard.run(() -> peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length), state.guard());
     }
 
     /** Every position's logits [B, T, vocab] from a zero state (state null) or carrying a state of B rows. */
@@ -221,7 +240,8 @@ public final class MambaModel implements AutoCloseable {
         long n = (long) batch * steps * vocabSize;
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("logits of " + n + " floats do not fit a Java array");
         float[] logits = new float[(int) n];
-        call(() -> peer.forwardTokens(state == null ? null : state.peer(), ids, ids.length, batch, steps, logits, logits.length));
+        if (state == null) guard.run(() -> peer.forwardTokens(null, ids, ids.length, batch, steps, logits, logits.length));
+        else guard.run(() -> peer.forwardTokens(state.peer(), ids, ids.length, batch, steps, logits, logits.length), state.guard());
         return logits;
     }
 
@@ -238,40 +258,51 @@ public final class MambaModel implements AutoCloseable {
 
     /** Total number of weights. */
     public long parameterCount() {
-        long n = 0;
-        for (int i = 0; i < names.size(); i++) n += peer.paramSize(i);
-        return n;
+        return guard.get(() -> {
+            long n = 0;
+            for (int i = 0; i < names.size(); i++) n += peer.paramSize(i);
+            return n;
+        });
     }
 
     /** A parameter's shape (linear weights are [out, in], as in PyTorch). */
     public long[] parameterShape(String name) {
         int i = index(name);
-        long[] shape = new long[peer.paramRank(i)];
-        for (int a = 0; a < shape.length; a++) shape[a] = peer.paramDim(i, a);
-        return shape;
+        return guard.get(() -> {
+            long[] shape = new long[peer.paramRank(i)];
+            for (int a = 0; a < shape.length; a++) shape[a] = peer.paramDim(i, a);
+            return shape;
+        });
     }
 
     /** A copy of a parameter's values (row-major f32). */
     public float[] getParameter(String name) {
         int i = index(name);
-        float[] v = new float[Math.toIntExact(peer.paramSize(i))];
-        call(() -> peer.readParam(i, v, v.length));
-        return v;
+        return guard.get(() -> {
+            float[] v = new float[Math.toIntExact(peer.paramSize(i))];
+            peer.readParam(i, v, v.length);
+            return v;
+        });
     }
 
     /** Overwrites a parameter (row-major f32, all values finite). */
     public void setParameter(String name, float[] values) {
         int i = index(name);
-        Checks.length(name, values.length, peer.paramSize(i));
+        Objects.requireNonNull(values, "values");
+        Checks.length(name, values.length, parameterSize(i));
         Checks.finite(name, values);
-        call(() -> peer.writeParam(i, values, values.length));
+        guard.run(() -> peer.writeParam(i, values, values.length));
+    }
+
+    private long parameterSize(int i) {
+        return guard.get(() -> peer.paramSize(i));
     }
 
     // ---- checkpoints ----
 
     /** Writes a safetensors checkpoint atomically (temp file + rename): the old file survives any failure. */
     public void save(Path file) {
-        checkOpen();
+        guard.checkOpen();
         Checkpoints.save(this, file);
     }
 
@@ -280,21 +311,23 @@ public final class MambaModel implements AutoCloseable {
      * first weight changes, so a failed load leaves the model untouched.
      */
     public void loadWeights(Path file) {
-        checkOpen();
+        guard.checkOpen();
         Checkpoints.loadInto(this, file);
     }
 
     /** True once closed. */
     public boolean isClosed() {
-        return closed;
+        return guard.isClosed();
     }
 
-    /** Frees the weights. States of this model must not be used afterwards (they throw). Idempotent. */
+    /**
+     * Frees the weights; waits for a call in progress. States and trainers of this model must not be used
+     * afterwards (they throw {@link IllegalStateException}), but closing them still frees their memory.
+     * Idempotent and thread-safe.
+     */
     @Override
-    public synchronized void close() {
-        if (closed) return;
-        closed = true;
-        peer.close();
+    public void close() {
+        guard.close();
     }
 
     @Override
@@ -305,31 +338,37 @@ public final class MambaModel implements AutoCloseable {
 
     // ---- internals ----
 
-    /** Runs one native call under the model lock, after the closed check, with native errors translated. */
-    private synchronized void call(Runnable nativeCall) {
-        checkOpen();
-        Native.run(nativeCall);
-    }
-
-    private synchronized <T> T callAndGet(Supplier<T> nativeCall) {
-        checkOpen();
-        return Native.get(nativeCall);
-    }
-
+    /** The peer, for native calls made under {@link #guard()} (by this model, its states and trainers). */
     Model peer() {
-        checkOpen();
+        guard.checkOpen();
         return peer;
     }
 
-    int index(String name) {
-        checkOpen();
+    /** The guard every native call on this model goes through; states and trainers share its lock. */
+    NativeGuard guard() {
+        return guard;
+    }
+
+    /**
+     * A builder holding every field of this model — configuration, input width, vocabulary, tying, device and
+     * dtype — so a copy (a trainer's snapshot) has exactly this model's shape.
+     */
+    Builder toBuilder() {
+        return new Builder(config).inputDim(inputDim).vocabSize(vocabSize).tieEmbeddings(tieEmbeddings).device(device)
+                .dtype(dtype);
+    }
+
+    /** Whether {@code other} has this model's shape: same configuration, input width, vocabulary and tying. */
+    boolean sameShape(MambaModel other) {
+        return other.config.equals(config) && other.inputDim == inputDim && other.vocabSize == vocabSize
+                && other.tieEmbeddings == tieEmbeddings;
+    }
+
+    private int index(String name) {
+        guard.checkOpen();
         int i = names.indexOf(Objects.requireNonNull(name, "name"));
         if (i < 0) throw new IllegalArgumentException("no parameter named '" + name + "'");
         return i;
-    }
-
-    void checkOpen() {
-        if (closed) throw new IllegalStateException("this MambaModel is closed");
     }
 
     private void checkState(MambaState state, int batch) {
@@ -341,13 +380,12 @@ public final class MambaModel implements AutoCloseable {
     private void checkState(MambaState state) {
         Objects.requireNonNull(state, "state");
         if (state.model() != this) throw new IllegalArgumentException("the state belongs to another model");
-        checkOpen();
-        state.checkOpen();
+        state.guard().checkOpen();  // early, before buffers are allocated; the native call checks again under the lock
     }
 
     /** Fluent builder for {@link MambaModel}. */
     public static final class Builder {
-        private final Mamba1Config config;
+        private final ModelConfig config;
         private int inputDim;
         private Device device = Device.cpu();
         private DType dtype = DType.F32;
@@ -355,7 +393,7 @@ public final class MambaModel implements AutoCloseable {
         private int vocabSize = 0;
         private boolean tieEmbeddings = true;
 
-        private Builder(Mamba1Config config) {
+        private Builder(ModelConfig config) {
             this.config = Objects.requireNonNull(config, "config");
         }
 
@@ -400,13 +438,40 @@ public final class MambaModel implements AutoCloseable {
             return this;
         }
 
+        /**
+         * The parameters the model will have, without allocating it: HuggingFace names in parameter order, each
+         * with its shape (linear weights [out, in]). libmamba's layout, the same the built model reports.
+         *
+         * @throws InvalidConfigException if the settings are out of range
+         */
+        public Map<String, long[]> parameterShapes() {
+            checkLm();
+            Native.load();
+            try (org.mamba4j.nativ.ModelConfig c = ModelConfigs.toNative(config, inputDim, vocabSize, tieEmbeddings);
+                 ParamLayout layout = NativeGuard.config(() -> new ParamLayout(c))) {
+                return NativeGuard.call(() -> {
+                    Map<String, long[]> shapes = new LinkedHashMap<>();
+                    for (int i = 0; i < layout.count(); i++) {
+                        long[] shape = new long[layout.rank(i)];
+                        for (int a = 0; a < shape.length; a++) shape[a] = layout.dim(i, a);
+                        shapes.put(layout.name(i).getString(), shape);
+                    }
+                    return shapes;
+                });
+            }
+        }
+
         /** Allocates the model and initialises its weights. */
         public MambaModel build() {
             if (device.isCpu() && dtype != DType.F32)
                 throw new InvalidConfigException("dtype = " + dtype + " needs a CUDA device; the CPU stores F32 weights");
+            checkLm();
+            return new MambaModel(config, inputDim, vocabSize, tieEmbeddings, device, dtype, seed);
+        }
+
+        private void checkLm() {
             if (vocabSize > 0 && inputDim > 0)
                 throw new InvalidConfigException("inputDim = " + inputDim + " must be 0 for a language model (vocabSize > 0)");
-            return new MambaModel(config, inputDim, vocabSize, tieEmbeddings, device, dtype, seed);
         }
     }
 }

@@ -1,23 +1,29 @@
 package org.mamba4j;
 
+import java.util.Objects;
 import org.mamba4j.nativ.State;
 
 /**
  * The recurrent state of {@link #batch()} independent sequences for one model: per layer the conv
  * history and the SSM state. Rows are independent; a row is {@link #rowSize()} floats that can be read
  * out and written back, so a server can park a sequence and resume it later in any row.
- * Not thread-safe on its own; calls through the owning {@link MambaModel} are serialised by the model.
+ *
+ * <p>A state belongs to its model: its calls are serialised with the model's (one lock), and every row
+ * operation throws {@link IllegalStateException} once the state <em>or its model</em> is closed. Closing a
+ * state after its model still frees its memory. {@link #close()} is idempotent and thread-safe.
  */
 public final class MambaState implements AutoCloseable {
     private final MambaModel model;
     private final State peer;
+    private final NativeGuard guard;
     private final int batch;
     private final long rowSize;
-    private volatile boolean closed;
 
+    /** Wraps a peer just made under the model's lock. */
     MambaState(MambaModel model, State peer) {
         this.model = model;
         this.peer = peer;
+        this.guard = model.guard().dependent("MambaState", peer::close);
         this.batch = peer.batch();
         this.rowSize = peer.rowSize();
     }
@@ -39,23 +45,18 @@ public final class MambaState implements AutoCloseable {
 
     /** Zeroes every row (a fresh start for all sequences). */
     public void reset() {
-        synchronized (model) {
-            checkOpen();
-            peer.reset();
-        }
+        guard.run(peer::reset);
     }
 
     /** Zeroes one row. */
     public void resetRow(int row) {
         checkRow(row);
-        synchronized (model) {
-            checkOpen();
-            peer.resetRow(row);
-        }
+        guard.run(() -> peer.resetRow(row));
     }
 
     /** A copy of one row. */
     public float[] readRow(int row) {
+        checkRow(row);
         float[] out = new float[rowSize()];
         readRow(row, out);
         return out;
@@ -64,62 +65,52 @@ public final class MambaState implements AutoCloseable {
     /** Copies one row into {@code dst} (length {@link #rowSize()}). */
     public void readRow(int row, float[] dst) {
         checkRow(row);
+        Objects.requireNonNull(dst, "dst");
         Checks.length("dst", dst.length, rowSize);
-        synchronized (model) {
-            checkOpen();
-            peer.readRow(row, dst, dst.length);
-        }
+        guard.run(() -> peer.readRow(row, dst, dst.length));
     }
 
     /** Overwrites one row from {@code src} (length {@link #rowSize()}), e.g. a row read earlier. */
     public void writeRow(int row, float[] src) {
         checkRow(row);
+        Objects.requireNonNull(src, "src");
         Checks.length("src", src.length, rowSize);
         Checks.finite("state row", src);
-        synchronized (model) {
-            checkOpen();
-            peer.writeRow(row, src, src.length);
-        }
+        guard.run(() -> peer.writeRow(row, src, src.length));
     }
 
     /** Copies every row of {@code other}, a state of the same model and batch. */
     public void copyFrom(MambaState other) {
+        Objects.requireNonNull(other, "other");
         if (other.model != model || other.batch != batch)
             throw new IllegalArgumentException("copyFrom needs a state of the same model and batch");
-        synchronized (model) {
-            checkOpen();
-            other.checkOpen();
-            peer.copyFrom(other.peer);
-        }
+        guard.run(() -> peer.copyFrom(other.peer), other.guard);
     }
 
-    /** True once closed. */
+    /** True once this state was closed (see {@link #close()}; a closed model does not count). */
     public boolean isClosed() {
-        return closed;
+        return guard.isClosed();
     }
 
-    /** Frees the native memory. Idempotent. */
+    /** Frees the native memory; waits for a call in progress. Idempotent, also after the model was closed. */
     @Override
     public void close() {
-        synchronized (model) {
-            if (closed) return;
-            closed = true;
-            peer.close();
-        }
+        guard.close();
     }
 
+    /** The peer, for native calls made under {@link #guard()}. */
     State peer() {
-        checkOpen();
+        guard.checkOpen();
         return peer;
     }
 
-    void checkOpen() {
-        if (closed) throw new IllegalStateException("this MambaState is closed");
+    /** This state's guard: it shares the model's lock and is closed with the model. */
+    NativeGuard guard() {
+        return guard;
     }
 
     private void checkRow(int row) {
         if (row < 0 || row >= batch)
             throw new IndexOutOfBoundsException("row " + row + " is out of range [0, " + batch + ")");
     }
-
 }

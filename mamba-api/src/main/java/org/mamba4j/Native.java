@@ -4,8 +4,8 @@ import org.bytedeco.javacpp.Loader;
 import org.mamba4j.nativ.global.libmamba;
 
 /**
- * Loads libmamba (and OpenBLAS) from the platform jar once, and turns native errors into mamba4j
- * exceptions. Internal: the native peers in {@code org.mamba4j.nativ} are not part of the public API.
+ * Loads libmamba (and OpenBLAS) from the platform jar once. Internal: the native peers in
+ * {@code org.mamba4j.nativ} are not part of the public API; calls into them go through {@link NativeGuard}.
  */
 final class Native {
     private static volatile boolean loaded;
@@ -25,32 +25,5 @@ final class Native {
             }
             loaded = true;
         }
-    }
-
-    /** Runs a native call, turning native errors into mamba4j exceptions. */
-    static <T> T get(java.util.function.Supplier<T> nativeCall) {
-        try {
-            return nativeCall.get();
-        } catch (RuntimeException e) {
-            throw translate(e);
-        }
-    }
-
-    /** As {@link #get}, for calls without a result. */
-    static void run(Runnable nativeCall) {
-        get(() -> {
-            nativeCall.run();
-            return null;
-        });
-    }
-
-    /** Maps a native error (a C++ exception's message) onto the matching mamba4j exception. */
-    static RuntimeException translate(RuntimeException e) {
-        if (e instanceof MambaException) return e;
-        String m = e.getMessage() == null ? e.toString() : e.getMessage();
-        if (m.startsWith("out of memory")) return new OutOfDeviceMemoryException(m);
-        if (m.startsWith("no CUDA device"))
-            return new DeviceUnavailableException(m);
-        return new MambaException(m, e);
     }
 }

@@ -12,21 +12,23 @@ import org.bytedeco.javacpp.Pointer;
  * native code: {@link #pointer()} is a JavaCPP view usable with the bytedeco CUDA presets.
  * Float copies need an F32 tensor; byte copies work for any dtype (whole 4-byte words).
  * An allocation the device cannot satisfy throws {@link OutOfDeviceMemoryException}; nothing leaks and
- * later allocations work. Use after {@link #close()} throws {@link IllegalStateException}.
+ * later allocations work. Use after {@link #close()} throws {@link IllegalStateException}; calls on one
+ * tensor are serialised, and closing is idempotent and thread-safe.
  */
 public final class Tensor implements AutoCloseable {
     private final org.mamba4j.nativ.Tensor peer;
     private final Device device;
     private final DType dtype;
     private final long[] shape;
-    private volatile boolean closed;
+    private final NativeGuard guard;
 
     private Tensor(Device device, DType dtype, long[] shape) {
         Native.load();
         this.device = device;
         this.dtype = dtype;
         this.shape = shape.clone();
-        this.peer = Native.get(() -> new org.mamba4j.nativ.Tensor(device.code(), dtype.code, this.shape, this.shape.length));
+        this.peer = NativeGuard.call(() -> new org.mamba4j.nativ.Tensor(device.code(), dtype.code, this.shape, this.shape.length));
+        this.guard = NativeGuard.of("Tensor", peer::close);
     }
 
     /** A zero-filled tensor. */
@@ -53,22 +55,24 @@ public final class Tensor implements AutoCloseable {
     public DType dtype() { return dtype; }
     public long[] shape() { return shape.clone(); }
     /** Number of elements. */
-    public long size() { return peer().size(); }
+    public long size() { return guard.get(peer::size); }
     /** Size in bytes. */
-    public long bytes() { return peer().bytes(); }
+    public long bytes() { return guard.get(peer::bytes); }
 
     /** Copies {@code src} (F32 tensors; length = {@link #size()}) into the tensor. */
-    public synchronized void copyFrom(float[] src) {
+    public void copyFrom(float[] src) {
         checkFloat();
+        Objects.requireNonNull(src, "src");
         Checks.length("src", src.length, size());
-        run(() -> peer.copyFromHost(src, src.length));
+        guard.run(() -> peer.copyFromHost(src, src.length));
     }
 
     /** Copies the tensor (F32) into {@code dst} (length = {@link #size()}). */
-    public synchronized void copyTo(float[] dst) {
+    public void copyTo(float[] dst) {
         checkFloat();
+        Objects.requireNonNull(dst, "dst");
         Checks.length("dst", dst.length, size());
-        run(() -> peer.copyToHost(dst, dst.length));
+        guard.run(() -> peer.copyToHost(dst, dst.length));
     }
 
     /** A new array with the tensor's values (F32). */
@@ -79,35 +83,33 @@ public final class Tensor implements AutoCloseable {
     }
 
     /** Copies raw bytes from a direct buffer (remaining() = {@link #bytes()}), for any dtype. */
-    public synchronized void copyFrom(ByteBuffer src) {
+    public void copyFrom(ByteBuffer src) {
         requireDirect(src);
-        run(() -> peer.copyFromHostBytes(new Pointer(src), src.remaining()));
+        guard.run(() -> peer.copyFromHostBytes(new Pointer(src), src.remaining()));
     }
 
     /** Copies raw bytes into a direct buffer (remaining() = {@link #bytes()}), for any dtype. */
-    public synchronized void copyTo(ByteBuffer dst) {
+    public void copyTo(ByteBuffer dst) {
         requireDirect(dst);
-        run(() -> peer.copyToHostBytes(new Pointer(dst), dst.remaining()));
+        guard.run(() -> peer.copyToHostBytes(new Pointer(dst), dst.remaining()));
     }
 
     /**
      * A JavaCPP view of the buffer (address and capacity in bytes) for interop, e.g. with
      * {@code org.bytedeco.cuda}; it does not own the memory and is valid until this tensor is closed.
      */
-    public synchronized Pointer pointer() {
-        return peer().data().capacity(bytes());
+    public Pointer pointer() {
+        return guard.get(() -> peer.data().capacity(peer.bytes()));
     }
 
     public boolean isClosed() {
-        return closed;
+        return guard.isClosed();
     }
 
-    /** Frees the buffer. Idempotent. */
+    /** Frees the buffer; waits for a call in progress. Idempotent and thread-safe. */
     @Override
-    public synchronized void close() {
-        if (closed) return;
-        closed = true;
-        peer.close();
+    public void close() {
+        guard.close();
     }
 
     @Override
@@ -115,9 +117,15 @@ public final class Tensor implements AutoCloseable {
         return "Tensor" + Arrays.toString(shape) + " " + dtype + " on " + device;
     }
 
+    /** The peer, for native calls made under {@link #guard()}. */
     org.mamba4j.nativ.Tensor peer() {
-        if (closed) throw new IllegalStateException("this Tensor is closed");
+        guard.checkOpen();
         return peer;
+    }
+
+    /** The guard a model's tensor step takes along with its own. */
+    NativeGuard guard() {
+        return guard;
     }
 
     private void checkFloat() {
@@ -128,10 +136,5 @@ public final class Tensor implements AutoCloseable {
     private void requireDirect(ByteBuffer b) {
         if (b == null || !b.isDirect()) throw new IllegalArgumentException("a direct ByteBuffer is required");
         Checks.length("buffer bytes", b.remaining(), bytes());
-    }
-
-    private void run(Runnable nativeCall) {
-        peer();
-        Native.run(nativeCall);
     }
 }

@@ -6,6 +6,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.Predicate;
 import org.mamba4j.nativ.AdamWConfig;
 import org.mamba4j.nativ.StepStats;
 import org.mamba4j.nativ.global.libmamba;
@@ -51,7 +52,15 @@ import org.mamba4j.nativ.global.libmamba;
  *
  * <p><b>Threads and lifetime.</b> Calls are serialised with the model's own calls. The model must stay
  * open while the trainer is used; every call after {@link #close()} (of either) throws
+ * {@link IllegalStateException}. Closing is idempotent and thread-safe.
+ *
+ * <p><b>Errors.</b> Wrong shapes and out-of-range values (a cross-entropy target outside the head's vocabulary)
+ * throw {@link IllegalArgumentException}; calls out of order (a {@link #backward} without its {@link #forward},
+ * {@link #inputGradient} before any backward, {@link #readEndState} before any forward) throw
  * {@link IllegalStateException}.
+ *
+ * <p><b>Models.</b> Float-input backbones only: a language model ({@code vocabSize > 0}) is refused by
+ * {@link #builder(MambaModel)}, since its token embedding would get no gradient (only weight decay).
  *
  * <p><b>Devices.</b> Training runs where the model lives: on the CPU (F32) or on a CUDA device (see
  * {@link #supports(Device)}). On a CUDA device, BF16/F16/TF32 models train with f32 master weights (the model's
@@ -67,9 +76,10 @@ public final class Trainer implements AutoCloseable {
     private final org.mamba4j.nativ.Trainer peer;
     private final int batch, seqLen, ignoreIndex, vocab;
     private final List<String> names;
+    private final long[] sizes;
     private final LearningRateSchedule schedule;
+    private final NativeGuard guard;
     private volatile AdamW adamW;
-    private volatile boolean closed;
 
     private Trainer(Builder b) {
         this.model = b.model;
@@ -79,37 +89,53 @@ public final class Trainer implements AutoCloseable {
         this.vocab = b.vocab;
         this.schedule = b.schedule;
         this.adamW = b.adamW;
-        synchronized (model) {
-            model.checkOpen();
-            try {
-                if (b.threads > 0) libmamba.setCpuThreads(b.threads);
-                peer = new org.mamba4j.nativ.Trainer(model.peer(), batch, seqLen);
-            } catch (RuntimeException e) {
-                throw Native.translate(e);
-            }
-            try {
+        this.peer = model.guard().get(() -> {
+            if (b.threads > 0) libmamba.setCpuThreads(b.threads);
+            return new org.mamba4j.nativ.Trainer(model.peer(), batch, seqLen);
+        });
+        this.guard = model.guard().dependent("Trainer", peer::close);
+        try {
+            this.names = guard.get(() -> {
                 if (b.vocab > 0) peer.addHead(b.vocab, b.headSeed);
                 List<String> n = new ArrayList<>();
                 for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
-                names = Collections.unmodifiableList(n);
-                applyAdamW(adamW);
+                return Collections.unmodifiableList(n);
+            });
+            this.sizes = guard.get(() -> {
+                long[] n = new long[names.size()];
+                for (int i = 0; i < n.length; i++) n[i] = peer.paramSize(i);
+                return n;
+            });
+            boolean[] decay = decayFlags(adamW.noDecayRule());  // user code, outside the native call
+            guard.run(() -> {
+                applyAdamW(adamW, decay);
                 peer.setClipGradNorm((float) b.clip);
-            } catch (RuntimeException e) {
-                peer.close();
-                throw Native.translate(e);
-            }
+            });
+        } catch (RuntimeException e) {
+            guard.close();
+            throw e;
         }
     }
 
-    /** A builder for a trainer of {@code model}'s weights. */
+    /**
+     * A builder for a trainer of {@code model}'s weights.
+     *
+     * @throws IllegalArgumentException for a language model ({@code vocabSize > 0}): training one is not
+     *     supported yet (its token embedding would get no gradient, only weight decay)
+     */
     public static Builder builder(MambaModel model) {
+        Objects.requireNonNull(model, "model");
+        if (model.vocabSize() > 0)
+            throw new IllegalArgumentException("training language models is not supported yet: this model has vocabSize = "
+                    + model.vocabSize() + " and its token embedding would get no gradient; train a float-input backbone");
         return new Builder(model);
     }
 
     /** Whether training runs on this device: the CPU always; a CUDA device when this build has CUDA and it is usable. */
     public static boolean supports(Device device) {
+        Objects.requireNonNull(device, "device");
         Native.load();
-        return libmamba.trainingSupported(device.code());
+        return NativeGuard.call(() -> libmamba.trainingSupported(device.code()));
     }
 
     public MambaModel model() { return model; }
@@ -134,12 +160,11 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkOutputs("dOutput", dOutput);
         Objects.requireNonNull(options, "options");
-        synchronized (model) {
-            checkOpen();
+        return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return Native.get(() -> result(peer.step(inputs, inputs.length, dOutput, dOutput.length, (float) options.scale(),
-                        options.applyOptimizer()), options.applyOptimizer(), false));
-        }
+            return result(peer.step(inputs, inputs.length, dOutput, dOutput.length, (float) options.scale(),
+                    options.applyOptimizer()), options.applyOptimizer(), false);
+        });
     }
 
     /** Forward + mean-squared error against {@code targets} [B, T, dModel] + backward + clip + AdamW. */
@@ -152,12 +177,11 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkOutputs("targets", targets);
         Objects.requireNonNull(options, "options");
-        synchronized (model) {
-            checkOpen();
+        return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return Native.get(() -> result(peer.stepMse(inputs, inputs.length, targets, targets.length, (float) options.scale(),
-                        options.applyOptimizer()), options.applyOptimizer(), false));
-        }
+            return result(peer.stepMse(inputs, inputs.length, targets, targets.length, (float) options.scale(),
+                    options.applyOptimizer()), options.applyOptimizer(), false);
+        });
     }
 
     /**
@@ -174,24 +198,20 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkTargets(targets);
         Objects.requireNonNull(options, "options");
-        synchronized (model) {
-            checkOpen();
-            checkHead();
+        checkHead();
+        return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return Native.get(() -> result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
-                        (float) options.scale(), options.applyOptimizer()), options.applyOptimizer(), true));
-        }
+            return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
+                    (float) options.scale(), options.applyOptimizer()), options.applyOptimizer(), true);
+        });
     }
 
     /** Cross-entropy loss and accuracy of the current weights, without gradients. Discards a pending {@link #forward}. */
     public StepResult evaluateCrossEntropy(float[] inputs, int[] targets) {
         checkInputs(inputs);
         checkTargets(targets);
-        synchronized (model) {
-            checkOpen();
-            checkHead();
-            return Native.get(() -> result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
-        }
+        checkHead();
+        return guard.get(() -> result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
     }
 
     // ---- split forward / backward ----
@@ -200,10 +220,7 @@ public final class Trainer implements AutoCloseable {
     public float[] forward(float[] inputs) {
         checkInputs(inputs);
         float[] y = new float[batch * seqLen * outputWidth()];
-        synchronized (model) {
-            checkOpen();
-            Native.run(() -> peer.forward(inputs, inputs.length, y, y.length));
-        }
+        guard.run(() -> peer.forward(inputs, inputs.length, y, y.length));
         return y;
     }
 
@@ -216,49 +233,38 @@ public final class Trainer implements AutoCloseable {
     public StepResult backward(float[] dOutput, BackwardOptions options) {
         checkOutputs("dOutput", dOutput);
         Objects.requireNonNull(options, "options");
-        synchronized (model) {
-            checkOpen();
+        return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return Native.get(() -> result(peer.backward(dOutput, dOutput.length, (float) options.scale(), options.applyOptimizer()),
-                        options.applyOptimizer(), false));
-        }
+            return result(peer.backward(dOutput, dOutput.length, (float) options.scale(), options.applyOptimizer()),
+                    options.applyOptimizer(), false);
+        });
     }
 
     /** Clip + AdamW with the gradients accumulated so far, then clears them. */
     public StepResult optimizerStep() {
-        synchronized (model) {
-            checkOpen();
+        return guard.get(() -> {
             prepareStep(true);
-            return Native.get(() -> result(peer.optimizerStep(), true, false));
-        }
+            return result(peer.optimizerStep(), true, false);
+        });
     }
 
     /** Discards the accumulated gradients. */
     public void zeroGrad() {
-        synchronized (model) {
-            checkOpen();
-            peer.zeroGrad();
-        }
+        guard.run(peer::zeroGrad);
     }
 
     /** ∂L/∂inputs of the last backward, [B, T, inputWidth] (for stacking models or feeding other layers). */
     public float[] inputGradient() {
         float[] dx = new float[batch * seqLen * inputWidth()];
-        synchronized (model) {
-            checkOpen();
-            Native.run(() -> peer.readInputGradient(dx, dx.length));
-        }
+        guard.run(() -> peer.readInputGradient(dx, dx.length));
         return dx;
     }
 
     /** The accumulated gradient of one trainable tensor (zero right after an optimizer step). */
     public float[] gradient(String name) {
         int i = index(name);
-        float[] g = new float[Math.toIntExact(peer.paramSize(i))];
-        synchronized (model) {
-            checkOpen();
-            peer.readGrad(i, g, g.length);
-        }
+        float[] g = new float[Math.toIntExact(sizes[i])];
+        guard.run(() -> peer.readGrad(i, g, g.length));
         return g;
     }
 
@@ -269,7 +275,7 @@ public final class Trainer implements AutoCloseable {
      * model's inference path; see {@link MambaModel#forward(float[], int, int)}). Any batch and length.
      */
     public float[] targetForward(float[] inputs, int batch, int steps) {
-        checkOpen();
+        guard.checkOpen();
         return model.forward(inputs, batch, steps);
     }
 
@@ -281,30 +287,19 @@ public final class Trainer implements AutoCloseable {
         Checks.positive("steps", steps);
         Objects.requireNonNull(prefix, "prefix");
         Checks.length("prefix", prefix.length, (long) batch * steps * inputWidth());
-        synchronized (model) {
-            checkOpen();
-            Native.run(() -> peer.burnIn(prefix, prefix.length, steps));
-        }
+        guard.run(() -> peer.burnIn(prefix, prefix.length, steps));
     }
 
     /** The next forward starts from a copy of {@code state} (a state of this model with {@link #batch()} rows). Applies once. */
     public void startFrom(MambaState state) {
         checkState(state);
-        synchronized (model) {
-            checkOpen();
-            state.checkOpen();
-            Native.run(() -> peer.setStartState(state.peer()));
-        }
+        guard.run(() -> peer.setStartState(state.peer()), state.guard());
     }
 
     /** Copies the recurrent state reached at the end of the last forward into {@code state}. */
     public void readEndState(MambaState state) {
         checkState(state);
-        synchronized (model) {
-            checkOpen();
-            state.checkOpen();
-            Native.run(() -> peer.readEndState(state.peer()));
-        }
+        guard.run(() -> peer.readEndState(state.peer()), state.guard());
     }
 
     // ---- optimizer ----
@@ -313,27 +308,21 @@ public final class Trainer implements AutoCloseable {
 
     /** The learning rate of the next optimizer step (a schedule overrides it at each step). */
     public double learningRate() {
-        synchronized (model) {
-            checkOpen();
-            return peer.learningRate();
-        }
+        return guard.get(peer::learningRate);
     }
 
     /** Changes the learning rate from the next optimizer step on (for hand-made schedules). */
     public void setLearningRate(double lr) {
-        synchronized (model) {
-            checkOpen();
-            adamW = adamW.learningRate(lr);
+        AdamW next = adamW.learningRate(lr);  // validates lr
+        guard.run(() -> {
             peer.setLearningRate((float) lr);
-        }
+            adamW = next;
+        });
     }
 
     /** Optimizer steps taken. */
     public long stepCount() {
-        synchronized (model) {
-            checkOpen();
-            return peer.stepCount();
-        }
+        return guard.get(peer::stepCount);
     }
 
     /** Trainable tensors: the model's parameters, then {@code lm_head.weight} and {@code lm_head.bias} with a head. */
@@ -341,29 +330,29 @@ public final class Trainer implements AutoCloseable {
         return names;
     }
 
-    /** Whether weight decay applies to a tensor. */
+    /**
+     * Whether weight decay applies to a tensor: libmamba's per-tensor default (not for norms, biases,
+     * {@code A_log}, {@code D}) unless {@link AdamW#noDecay} gave a rule.
+     */
     public boolean weightDecay(String name) {
         int i = index(name);
-        synchronized (model) {
-            checkOpen();
-            return peer.weightDecay(i);
-        }
+        return guard.get(() -> peer.weightDecay(i));
     }
 
     /** AdamW's moments and step count, for a bit-identical resume. */
     public OptimizerState exportOptimizerState() {
-        synchronized (model) {
-            checkOpen();
-            Map<String, float[]> m = new LinkedHashMap<>(), v = new LinkedHashMap<>();
+        Map<String, float[]> m = new LinkedHashMap<>(), v = new LinkedHashMap<>();
+        long step = guard.get(() -> {
             for (int i = 0; i < names.size(); i++) {
-                float[] a = new float[Math.toIntExact(peer.paramSize(i))], b = new float[a.length];
+                float[] a = new float[Math.toIntExact(sizes[i])], b = new float[a.length];
                 peer.readMoment(0, i, a, a.length);
                 peer.readMoment(1, i, b, b.length);
                 m.put(names.get(i), a);
                 v.put(names.get(i), b);
             }
-            return new OptimizerState(peer.stepCount(), m, v);
-        }
+            return peer.stepCount();
+        });
+        return new OptimizerState(step, m, v);
     }
 
     /** Restores AdamW's moments and step count (every tensor of this trainer must be present). */
@@ -375,61 +364,70 @@ public final class Trainer implements AutoCloseable {
             if (!state.names().contains(name))
                 throw new IllegalArgumentException("the optimizer state has no moments for '" + name + "'");
             float[] a = state.firstMoment(name), b = state.secondMoment(name);
-            Checks.length("moments of " + name, a.length, peer.paramSize(i));
+            Checks.length("moments of " + name, a.length, sizes[i]);
             ms.add(a);
             vs.add(b);
         }
         if (state.names().size() != names.size())
             throw new IllegalArgumentException("the optimizer state holds " + state.names().size()
                     + " tensors, this trainer " + names.size());
-        synchronized (model) {
-            checkOpen();
+        guard.run(() -> {
             for (int i = 0; i < names.size(); i++) {
                 peer.writeMoment(0, i, ms.get(i), ms.get(i).length);
                 peer.writeMoment(1, i, vs.get(i), vs.get(i).length);
             }
             peer.setStepCount(state.step());
-        }
+        });
     }
 
     // ---- head and weights ----
 
     /** A copy of the cross-entropy head's weights. */
     public LinearHead head() {
-        synchronized (model) {
-            checkOpen();
-            checkHead();
-            int P = names.size() - 2;
-            float[] w = new float[Math.toIntExact(peer.paramSize(P))], b = new float[Math.toIntExact(peer.paramSize(P + 1))];
+        checkHead();
+        int P = names.size() - 2;
+        float[] w = new float[Math.toIntExact(sizes[P])], b = new float[Math.toIntExact(sizes[P + 1])];
+        guard.run(() -> {
             peer.readParam(P, w, w.length);
             peer.readParam(P + 1, b, b.length);
-            return new LinearHead(b.length, outputWidth(), w, b);
-        }
+        });
+        return new LinearHead(b.length, outputWidth(), w, b);
     }
 
     /** Replaces the head's weights (same vocabulary and width), e.g. to resume from a saved head. */
     public void loadHead(LinearHead head) {
         Objects.requireNonNull(head, "head");
-        synchronized (model) {
-            checkOpen();
-            checkHead();
-            if (head.vocab() != vocab() || head.dModel() != outputWidth())
-                throw new IllegalArgumentException("the head is [" + head.vocab() + ", " + head.dModel() + "]; this trainer's is ["
-                        + vocab() + ", " + outputWidth() + "]");
-            int P = names.size() - 2;
-            float[] w = head.weight(), b = head.bias();
+        guard.checkOpen();
+        checkHead();
+        if (head.vocab() != vocab() || head.dModel() != outputWidth())
+            throw new IllegalArgumentException("the head is [" + head.vocab() + ", " + head.dModel() + "]; this trainer's is ["
+                    + vocab() + ", " + outputWidth() + "]");
+        int P = names.size() - 2;
+        float[] w = head.weight(), b = head.bias();
+        guard.run(() -> {
             peer.writeParam(P, w, w.length);
             peer.writeParam(P + 1, b, b.length);
-        }
+        });
     }
 
-    /** A new model (same configuration, device and dtype) holding a copy of the current weights. */
+    /** A new model of the same shape (every field: configuration, inputs, vocabulary, device, dtype) holding a copy of the current weights. */
     public MambaModel snapshot() {
-        checkOpen();
-        MambaModel copy = MambaModel.builder(model.config()).inputDim(model.inputDim()).device(model.device())
-                .dtype(model.dtype()).build();
+        guard.checkOpen();
+        return copyOf(model);
+    }
+
+    /** Copies the current weights into {@code into}, a model of the same shape. */
+    public void snapshot(MambaModel into) {
+        Objects.requireNonNull(into, "into");
+        guard.checkOpen();
+        copyWeights(model, into);
+    }
+
+    /** A new model with every field of {@code model} and a copy of its weights: what a snapshot is, for any model. */
+    static MambaModel copyOf(MambaModel model) {
+        MambaModel copy = model.toBuilder().build();
         try {
-            snapshot(copy);
+            copyWeights(model, copy);
             return copy;
         } catch (RuntimeException e) {
             copy.close();
@@ -437,29 +435,23 @@ public final class Trainer implements AutoCloseable {
         }
     }
 
-    /** Copies the current weights into {@code into}, a model of the same configuration. */
-    public void snapshot(MambaModel into) {
-        Objects.requireNonNull(into, "into");
-        checkOpen();
-        if (into == model) return;
-        if (!into.config().equals(model.config()) || into.inputDim() != model.inputDim())
-            throw new IllegalArgumentException("snapshot needs a model of the same configuration and inputDim");
-        for (String name : model.parameterNames()) into.setParameter(name, model.getParameter(name));
+    private static void copyWeights(MambaModel from, MambaModel into) {
+        if (into == from) return;
+        if (!from.sameShape(into))
+            throw new IllegalArgumentException("snapshot needs a model of the same shape (configuration, inputDim, vocabSize,"
+                    + " tieEmbeddings): " + into + " is not " + from);
+        for (String name : from.parameterNames()) into.setParameter(name, from.getParameter(name));
     }
 
-    /** True once closed. */
+    /** True once this trainer was closed (a closed model does not count). */
     public boolean isClosed() {
-        return closed;
+        return guard.isClosed();
     }
 
-    /** Frees the trainer's native memory (gradients, moments, tape). The model stays open. Idempotent. */
+    /** Frees the trainer's native memory (gradients, moments, tape); waits for a call in progress. The model stays open. Idempotent. */
     @Override
     public void close() {
-        synchronized (model) {
-            if (closed) return;
-            closed = true;
-            peer.close();
-        }
+        guard.close();
     }
 
     @Override
@@ -469,16 +461,25 @@ public final class Trainer implements AutoCloseable {
 
     // ---- internals ----
 
-    private void applyAdamW(AdamW a) {
+    /** Per tensor, whether a user's no-decay rule lets weight decay apply; null keeps libmamba's flags. */
+    private boolean[] decayFlags(Predicate<String> noDecay) {
+        if (noDecay == null) return null;
+        boolean[] decay = new boolean[names.size()];
+        for (int i = 0; i < decay.length; i++) decay[i] = !noDecay.test(names.get(i));
+        return decay;
+    }
+
+    /** Under the guard: AdamW's hyper-parameters and, with a user rule, the per-tensor decay flags. */
+    private void applyAdamW(AdamW a, boolean[] decay) {
         try (AdamWConfig c = new AdamWConfig()) {
             c.lr((float) a.learningRate()).beta1((float) a.beta1()).beta2((float) a.beta2()).eps((float) a.eps())
                     .weight_decay((float) a.weightDecay());
             peer.setAdamW(c);
         }
-        for (int i = 0; i < names.size(); i++) peer.setWeightDecay(i, !a.isNoDecay(names.get(i)));
+        if (decay != null) for (int i = 0; i < decay.length; i++) peer.setWeightDecay(i, decay[i]);
     }
 
-    /** Before a call that may step the optimizer: the schedule's rate for the coming step. */
+    /** Under the guard, before a call that may step the optimizer: the schedule's rate for the coming step. */
     private void prepareStep(boolean apply) {
         if (apply && schedule != null) {
             double lr = schedule.learningRate(peer.stepCount());
@@ -528,11 +529,6 @@ public final class Trainer implements AutoCloseable {
         if (state.model() != model) throw new IllegalArgumentException("the state belongs to another model");
         if (state.batch() != batch)
             throw new IllegalArgumentException("the state holds " + state.batch() + " rows but the trainer's batch is " + batch);
-    }
-
-    private void checkOpen() {
-        if (closed) throw new IllegalStateException("this Trainer is closed");
-        model.checkOpen();
     }
 
     /** Fluent builder for {@link Trainer}. */

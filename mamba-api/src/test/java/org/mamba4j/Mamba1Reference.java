@@ -17,7 +17,7 @@ final class Mamba1Reference {
     private final double[][][][] ssm;  // [row][layer][channel][dState]
 
     Mamba1Reference(MambaModel model, int batch) {
-        Mamba1Config c = model.config();
+        Mamba1Config c = (Mamba1Config) model.config();  // the reference implements Mamba-1 only
         dModel = c.dModel();
         dInner = c.dInner();
         dState = c.dState();

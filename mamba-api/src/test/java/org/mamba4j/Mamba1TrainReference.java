@@ -27,7 +27,7 @@ final class Mamba1TrainReference {
     }
 
     Mamba1TrainReference(MambaModel model) {
-        Mamba1Config c = model.config();
+        Mamba1Config c = (Mamba1Config) model.config();  // the reference implements Mamba-1 only
         dModel = c.dModel();
         dInner = c.dInner();
         dState = c.dState();

@@ -51,16 +51,21 @@ class TrainerApiTest {
     @Test
     void badValuesAndCallOrderGiveClearErrors() {
         try (MambaModel m = model(); Trainer t = Trainer.builder(m).batch(B).seqLen(T).crossEntropyHead(V).build()) {
-            MambaException e = assertThrows(MambaException.class, () -> t.backward(dy()));
+            // call order: libmamba's checks surface as IllegalStateException
+            IllegalStateException e = assertThrows(IllegalStateException.class, () -> t.backward(dy()));
             assertTrue(e.getMessage().contains("backward needs a forward first"), e.getMessage());
-            assertThrows(MambaException.class, t::inputGradient);
+            assertThrows(IllegalStateException.class, t::inputGradient);
+            try (MambaState s = m.newState(B)) {
+                assertThrows(IllegalStateException.class, () -> t.readEndState(s), "no forward yet");
+            }
             t.forward(x());
             t.backward(dy(), BackwardOptions.accumulate());
-            assertThrows(MambaException.class, () -> t.backward(dy()), "one backward per forward");
+            assertThrows(IllegalStateException.class, () -> t.backward(dy()), "one backward per forward");
             int[] bad = new int[B * T];
             bad[3] = V;
-            e = assertThrows(MambaException.class, () -> t.stepCrossEntropy(x(), bad));
-            assertTrue(e.getMessage().contains("targets[3] = 4 is outside [0, 4)"), e.getMessage());
+            // a native range check: an argument error, not a bare MambaException
+            IllegalArgumentException range = assertThrows(IllegalArgumentException.class, () -> t.stepCrossEntropy(x(), bad));
+            assertTrue(range.getMessage().contains("targets[3] = 4 is outside [0, 4)"), range.getMessage());
             assertThrows(IllegalArgumentException.class, () -> BackwardOptions.step().scale(Double.NaN));
         }
         try (MambaModel m = model(); Trainer t = Trainer.builder(m).batch(B).seqLen(T).build()) {

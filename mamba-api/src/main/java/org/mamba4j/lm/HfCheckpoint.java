@@ -97,9 +97,16 @@ final class HfCheckpoint implements AutoCloseable {
         for (TensorInfo t : f.tensors()) byName.put(t.name(), f);
     }
 
-    /** The mamba4j parameter name a checkpoint key maps to (embedding spelled either way), or empty. */
+    // HF spellings that differ from ours. These are facts about the file format; the names and shapes
+    // themselves come from libmamba's layout (MambaModel.Builder.parameterShapes).
+    private static final String EMBEDDING = "backbone.embeddings.weight";
+    private static final String EMBEDDING_ALIAS = "backbone.embedding.weight";
+    private static final String LM_HEAD = "lm_head.weight";
+    private static final String CONV_BIAS_SUFFIX = "conv1d.bias";
+
+    /** The mamba4j parameter name a checkpoint key maps to (the embedding is spelled either way). */
     private static String ourName(String key) {
-        return key.equals("backbone.embedding.weight") ? "backbone.embeddings.weight" : key;
+        return key.equals(EMBEDDING_ALIAS) ? EMBEDDING : key;
     }
 
     /** Builds the model, validates every tensor, then copies them in; the model is closed on any failure. */
@@ -107,11 +114,12 @@ final class HfCheckpoint implements AutoCloseable {
         HfMambaConfig c = config;
         Mamba1Config mc = Mamba1Config.builder().dModel(c.dModel()).dState(c.dState()).dConv(c.dConv()).expand(c.expand())
                 .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
-        Map<String, String> plan = plan(mc);
+        MambaModel.Builder builder = MambaModel.builder(mc).vocabSize(c.paddedVocab()).tieEmbeddings(c.tieEmbeddings())
+                .device(device).dtype(dtype);
+        Map<String, String> plan = plan(builder.parameterShapes());
         long total = 0;
         for (String key : plan.values()) total += byName.get(key) == null ? 0 : byName.get(key).get(key).byteSize();
-        MambaModel model = MambaModel.builder(mc).vocabSize(c.paddedVocab()).tieEmbeddings(c.tieEmbeddings())
-                .device(device).dtype(dtype).build();
+        MambaModel model = builder.build();
         try {
             long done = 0;
             for (Map.Entry<String, String> e : plan.entrySet()) {
@@ -139,32 +147,16 @@ final class HfCheckpoint implements AutoCloseable {
         }
     }
 
-    /** For each mamba4j parameter, the checkpoint key to read (null = zeros), after checking every shape and dtype. */
-    private Map<String, String> plan(Mamba1Config mc) {
+    /**
+     * For each parameter of the model ({@code want}: names and shapes in parameter order), the checkpoint key to
+     * read (null = zeros), after checking every shape and dtype.
+     */
+    private Map<String, String> plan(Map<String, long[]> want) {
         HfMambaConfig c = config;
-        int V = c.paddedVocab(), D = c.dModel(), E = mc.dInner(), N = mc.dState(), R = mc.dtRank(), K = mc.dConv();
-        Map<String, long[]> want = new LinkedHashMap<>();
-        want.put("backbone.embeddings.weight", new long[] {V, D});
-        for (int i = 0; i < c.nLayers(); i++) {
-            String p = "backbone.layers." + i + ".";
-            want.put(p + "norm.weight", new long[] {D});
-            want.put(p + "mixer.in_proj.weight", new long[] {2L * E, D});
-            want.put(p + "mixer.conv1d.weight", new long[] {E, 1, K});
-            want.put(p + "mixer.conv1d.bias", new long[] {E});
-            want.put(p + "mixer.x_proj.weight", new long[] {R + 2L * N, E});
-            want.put(p + "mixer.dt_proj.weight", new long[] {E, R});
-            want.put(p + "mixer.dt_proj.bias", new long[] {E});
-            want.put(p + "mixer.A_log", new long[] {E, N});
-            want.put(p + "mixer.D", new long[] {E});
-            want.put(p + "mixer.out_proj.weight", new long[] {D, E});
-        }
-        want.put("backbone.norm_f.weight", new long[] {D});
-        if (!c.tieEmbeddings()) want.put("lm_head.weight", new long[] {V, D});
-
         Map<String, String> plan = new LinkedHashMap<>();
         for (String key : byName.keySet()) {
             String ours = ourName(key);
-            if (ours.equals("lm_head.weight") && c.tieEmbeddings()) continue;  // tied: the embedding is the head
+            if (ours.equals(LM_HEAD) && c.tieEmbeddings()) continue;  // tied: the embedding is the head
             if (!want.containsKey(ours)) throw new CheckpointException(dir + ": unexpected tensor '" + key + "'");
             if (plan.put(ours, key) != null) throw new CheckpointException(dir + ": tensor '" + ours + "' is stored twice");
         }
@@ -172,7 +164,7 @@ final class HfCheckpoint implements AutoCloseable {
             String ours = w.getKey();
             String key = plan.get(ours);
             if (key == null) {
-                if (ours.endsWith("conv1d.bias") && !c.useConvBias()) {
+                if (ours.endsWith(CONV_BIAS_SUFFIX) && !c.useConvBias()) {
                     plan.put(ours, null);
                     continue;
                 }
@@ -182,13 +174,14 @@ final class HfCheckpoint implements AutoCloseable {
             if (t.dtype() != StoredDType.F32 && t.dtype() != StoredDType.F16 && t.dtype() != StoredDType.BF16)
                 throw new CheckpointException(dir + ": tensor '" + key + "' has dtype " + t.dtype() + "; F32, F16 or BF16 expected");
             long[] shape = t.shape(), expected = w.getValue();
-            boolean vocabRows = ours.equals("backbone.embeddings.weight") || ours.equals("lm_head.weight");
+            // Vocabulary rows may be stored unpadded (vocab_size rows); we zero-pad them to the padded size.
+            boolean vocabRows = ours.equals(EMBEDDING) || ours.equals(LM_HEAD);
             boolean ok = vocabRows
-                    ? shape.length == 2 && shape[1] == D && shape[0] >= c.vocabSize() && shape[0] <= V
+                    ? shape.length == 2 && shape[1] == expected[1] && shape[0] >= c.vocabSize() && shape[0] <= expected[0]
                     : Arrays.equals(shape, expected);
             if (!ok)
                 throw new CheckpointException(dir + ": tensor '" + key + "' has shape " + Arrays.toString(shape) + ", expected "
-                        + (vocabRows ? "[" + c.vocabSize() + ".." + V + ", " + D + "]" : Arrays.toString(expected)));
+                        + (vocabRows ? "[" + c.vocabSize() + ".." + expected[0] + ", " + expected[1] + "]" : Arrays.toString(expected)));
         }
         // Parameter order of the model, so loading streams in a predictable sequence.
         Map<String, String> ordered = new LinkedHashMap<>();

@@ -12,6 +12,7 @@ import java.util.Locale;
 import java.util.Objects;
 import org.mamba4j.CheckpointException;
 import org.mamba4j.InvalidConfigException;
+import org.mamba4j.ModelConfig;
 
 /**
  * The architecture of a Mamba (v1) language model, read from a checkpoint's {@code config.json}.
@@ -44,9 +45,9 @@ import org.mamba4j.InvalidConfigException;
  *
  * <p>Everything that does not fit is rejected with {@link CheckpointException} naming the file and
  * the key: JSON that does not parse (or repeats a key), missing required keys, wrong types,
- * non-positive or absurd sizes (d_model &gt; {@value #MAX_D_MODEL}, layers &gt; {@value
- * #MAX_LAYERS}, vocabulary &gt; {@value #MAX_VOCAB}, d_state &gt; {@value #MAX_D_STATE}, d_conv &gt;
- * {@value #MAX_D_CONV}, expand &gt; {@value #MAX_EXPAND}), another {@code model_type}, biases on
+ * non-positive sizes or sizes beyond libmamba's limits (d_model, layers, vocabulary, d_state, d_conv and
+ * expand are checked against {@link ModelConfig#limitMax(String)}, the table the model builders use, so the
+ * two cannot drift), another {@code model_type}, biases on
  * the in/out projections, LayerNorm instead of RMSNorm, an activation other than SiLU, and an {@code
  * intermediate_size} that disagrees with {@code expand}.
  *
@@ -77,13 +78,26 @@ public record HfMambaConfig(
         boolean tieEmbeddings,
         boolean useConvBias) {
 
-    public static final int MAX_D_MODEL = 65_536;
-    public static final int MAX_LAYERS = 1024;
-    public static final int MAX_VOCAB = 10_000_000;
-    public static final int MAX_D_STATE = 256;
-    public static final int MAX_D_CONV = 8;
-    public static final int MAX_EXPAND = 16;
+    /** Largest {@code pad_vocab_size_multiple} accepted: a sanity bound of the file format, not a model limit. */
     public static final int MAX_PAD_MULTIPLE = 65_536;
+
+    /** libmamba's limits, read once on first use (the numbers live in one table, in C++). */
+    private static final class Limits {
+        static final int D_MODEL_MIN = min("dModel"), D_MODEL_MAX = max("dModel");
+        static final int LAYERS_MIN = min("layers"), LAYERS_MAX = max("layers");
+        static final int D_STATE_MIN = min("dState"), D_STATE_MAX = max("dState");
+        static final int D_CONV_MIN = min("dConv"), D_CONV_MAX = max("dConv");
+        static final int EXPAND_MIN = min("expand"), EXPAND_MAX = max("expand");
+        static final int VOCAB_MAX = max("vocabSize");  // at least 1: an LM has a vocabulary
+
+        private static int min(String field) {
+            return Math.toIntExact(ModelConfig.limitMin(field));
+        }
+
+        private static int max(String field) {
+            return Math.toIntExact(ModelConfig.limitMax(field));
+        }
+    }
 
     /** A config.json larger than this is not a config.json. */
     private static final long MAX_FILE_BYTES = 4L << 20;
@@ -93,17 +107,17 @@ public record HfMambaConfig(
 
     /** Checks the invariants; {@link #read} and {@link #parse} report violations per key first. */
     public HfMambaConfig {
-        check("dModel", dModel, 1, MAX_D_MODEL);
-        check("nLayers", nLayers, 1, MAX_LAYERS);
-        check("dState", dState, 1, MAX_D_STATE);
-        check("dConv", dConv, 1, MAX_D_CONV);
-        check("expand", expand, 1, MAX_EXPAND);
+        check("dModel", dModel, Limits.D_MODEL_MIN, Limits.D_MODEL_MAX);
+        check("nLayers", nLayers, Limits.LAYERS_MIN, Limits.LAYERS_MAX);
+        check("dState", dState, Limits.D_STATE_MIN, Limits.D_STATE_MAX);
+        check("dConv", dConv, Limits.D_CONV_MIN, Limits.D_CONV_MAX);
+        check("expand", expand, Limits.EXPAND_MIN, Limits.EXPAND_MAX);
         if ((long) expand * dModel != dInner) {
             throw new InvalidConfigException(
                     "dInner must equal expand * dModel = " + (long) expand * dModel + ", got " + dInner);
         }
         check("dtRank", dtRank, 1, dInner);
-        check("vocabSize", vocabSize, 1, MAX_VOCAB);
+        check("vocabSize", vocabSize, 1, Limits.VOCAB_MAX);
         check("padVocabMultiple", padVocabMultiple, 1, MAX_PAD_MULTIPLE);
         if (!(normEps > 0.0 && normEps < 1.0)) {
             throw new InvalidConfigException("normEps must be in (0, 1), got " + normEps);
@@ -206,17 +220,17 @@ public record HfMambaConfig(
             default:
                 throw k.fail("'model_type' must be \"mamba\", got \"" + modelType + '"');
         }
-        int dModel = k.reqInt("hidden_size", 1, MAX_D_MODEL);
+        int dModel = k.reqInt("hidden_size", Limits.D_MODEL_MIN, Limits.D_MODEL_MAX);
         int nLayers = k.root.has("num_hidden_layers") || !k.root.has("n_layer")
-                ? k.reqInt("num_hidden_layers", 1, MAX_LAYERS)
-                : k.reqInt("n_layer", 1, MAX_LAYERS);
-        int vocab = k.reqInt("vocab_size", 1, MAX_VOCAB);
-        int dState = k.optInt("state_size", 16, 1, MAX_D_STATE);
-        int dConv = k.optInt("conv_kernel", 4, 1, MAX_D_CONV);
+                ? k.reqInt("num_hidden_layers", Limits.LAYERS_MIN, Limits.LAYERS_MAX)
+                : k.reqInt("n_layer", Limits.LAYERS_MIN, Limits.LAYERS_MAX);
+        int vocab = k.reqInt("vocab_size", 1, Limits.VOCAB_MAX);
+        int dState = k.optInt("state_size", 16, Limits.D_STATE_MIN, Limits.D_STATE_MAX);
+        int dConv = k.optInt("conv_kernel", 4, Limits.D_CONV_MIN, Limits.D_CONV_MAX);
         int expand;
         int dInner;
         if (k.root.has("expand")) {
-            expand = k.optInt("expand", 2, 1, MAX_EXPAND);
+            expand = k.optInt("expand", 2, Limits.EXPAND_MIN, Limits.EXPAND_MAX);
             dInner = expand * dModel;
             if (k.root.has("intermediate_size")) {
                 int intermediate = k.optInt("intermediate_size", dInner, 1, Integer.MAX_VALUE);
@@ -228,10 +242,11 @@ public record HfMambaConfig(
             }
         } else if (k.root.has("intermediate_size")) {
             int intermediate = k.optInt("intermediate_size", 0, 1, Integer.MAX_VALUE);
-            if (intermediate % dModel != 0 || intermediate / dModel > MAX_EXPAND) {
+            if (intermediate % dModel != 0 || intermediate / dModel < Limits.EXPAND_MIN
+                    || intermediate / dModel > Limits.EXPAND_MAX) {
                 throw k.fail(
-                        "'intermediate_size' " + intermediate + " is not an integer multiple in [1, "
-                                + MAX_EXPAND + "] of hidden_size " + dModel + " (expand is missing)");
+                        "'intermediate_size' " + intermediate + " is not an integer multiple in [" + Limits.EXPAND_MIN
+                                + ", " + Limits.EXPAND_MAX + "] of hidden_size " + dModel + " (expand is missing)");
             }
             expand = intermediate / dModel;
             dInner = intermediate;
@@ -262,9 +277,9 @@ public record HfMambaConfig(
     }
 
     private static HfMambaConfig parseStateSpaces(Keys k) {
-        int dModel = k.reqInt("d_model", 1, MAX_D_MODEL);
-        int nLayers = k.reqInt("n_layer", 1, MAX_LAYERS);
-        int vocab = k.reqInt("vocab_size", 1, MAX_VOCAB);
+        int dModel = k.reqInt("d_model", Limits.D_MODEL_MIN, Limits.D_MODEL_MAX);
+        int nLayers = k.reqInt("n_layer", Limits.LAYERS_MIN, Limits.LAYERS_MAX);
+        int vocab = k.reqInt("vocab_size", 1, Limits.VOCAB_MAX);
         int pad = k.optInt("pad_vocab_size_multiple", 8, 1, MAX_PAD_MULTIPLE);
         if (!k.optBool("rms_norm", true)) {
             throw k.fail("'rms_norm' is false: LayerNorm models are not supported, only RMSNorm");
@@ -283,9 +298,9 @@ public record HfMambaConfig(
             throw ssm.fail("'layer' must be \"Mamba1\", got \"" + layer + "\": only Mamba (v1) mixers are"
                     + " implemented");
         }
-        int dState = ssm.optInt("d_state", 16, 1, MAX_D_STATE);
-        int dConv = ssm.optInt("d_conv", 4, 1, MAX_D_CONV);
-        int expand = ssm.optInt("expand", 2, 1, MAX_EXPAND);
+        int dState = ssm.optInt("d_state", 16, Limits.D_STATE_MIN, Limits.D_STATE_MAX);
+        int dConv = ssm.optInt("d_conv", 4, Limits.D_CONV_MIN, Limits.D_CONV_MAX);
+        int expand = ssm.optInt("expand", 2, Limits.EXPAND_MIN, Limits.EXPAND_MAX);
         int dInner = expand * dModel;
         int dtRank = ssm.dtRank("dt_rank", dModel, dInner);
         boolean convBias = ssm.optBool("conv_bias", true);
@@ -293,8 +308,8 @@ public record HfMambaConfig(
             throw ssm.fail("'bias' is true: in_proj/out_proj biases are not supported");
         }
         long padded = ((long) vocab + pad - 1) / pad * pad;
-        if (padded > MAX_VOCAB) {
-            throw k.fail("'vocab_size' " + vocab + " padded to a multiple of " + pad + " exceeds " + MAX_VOCAB);
+        if (padded > Limits.VOCAB_MAX) {
+            throw k.fail("'vocab_size' " + vocab + " padded to a multiple of " + pad + " exceeds " + Limits.VOCAB_MAX);
         }
         return new HfMambaConfig(dModel, nLayers, dState, dConv, expand, dInner, dtRank, vocab, pad, eps, tie,
                 convBias);

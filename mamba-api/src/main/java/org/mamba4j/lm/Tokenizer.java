@@ -14,6 +14,7 @@ import java.util.Iterator;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.function.IntConsumer;
 import org.mamba4j.CheckpointException;
 import org.mamba4j.MambaException;
 
@@ -62,6 +63,8 @@ public final class Tokenizer implements AutoCloseable {
     private final int vocabSize;
     private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
     private boolean closed;
+    /** Test hook: told the length of every decode, so tests can bound the work of stream decoding. */
+    volatile IntConsumer decodeProbe;
 
     private Tokenizer(HuggingFaceTokenizer hf, String source, Integer eosTokenId, int vocabSize) {
         this.hf = hf;
@@ -313,6 +316,10 @@ public final class Tokenizer implements AutoCloseable {
     }
 
     private String decode(int[] ids, int length, boolean skipSpecialTokens) {
+        IntConsumer probe = decodeProbe;
+        if (probe != null) {
+            probe.accept(length);
+        }
         long[] wide = new long[length];
         for (int i = 0; i < length; i++) {
             if (ids[i] < 0) {
@@ -379,24 +386,38 @@ public final class Tokenizer implements AutoCloseable {
     }
 
     /**
-     * Turns a stream of generated token ids into a stream of text.
+     * Turns a stream of generated token ids into a stream of text, decoding only a bounded window of recent
+     * tokens per push (the "prefix offset / read offset" scheme of HF text-generation-inference).
      *
-     * <p>Each {@link #push(int)} decodes the whole sequence so far and returns what lies beyond the
-     * text already returned. This is exact for byte-level BPE and SentencePiece alike (a token's text
-     * can depend on its neighbours, for example a leading space), at the cost of decoding O(n) tokens
-     * per push. While the decoded text ends in U+FFFD, the tail of an unfinished multi-byte UTF-8
-     * character, nothing is returned; the character comes out whole with the push that completes it.
-     * {@link #flush()} returns whatever is still held back once generation ends. Concatenating every
-     * returned piece and the flush gives {@link Tokenizer#decode(int[])} of all pushed ids.
+     * <p>A token's text can depend on its neighbours (a SentencePiece leading space is dropped at the start
+     * of a decode; a byte-fallback or byte-level token may be half a UTF-8 character), so new tokens are never
+     * decoded alone: each push decodes the <em>context</em> — the tokens of the last emitted piece — followed by
+     * the tokens not yet emitted, and returns what lies beyond the context's own text. While that new text is
+     * empty or ends in U+FFFD (an unfinished multi-byte character), nothing is returned and the pending tokens
+     * accumulate; the character comes out whole with the push that completes it, and those tokens become the
+     * next context. Per push that is at most two decodes of a few tokens, whatever the length of the sequence.
+     *
+     * <p>At most {@value #MAX_PENDING} tokens are held back: a run that long without new text (skipped special
+     * tokens, or bytes that never form a character) is emitted as it decodes, and the following tokens are
+     * decoded after the same context as if the run were not there. Concatenating every returned piece and
+     * {@link #flush()} gives {@link Tokenizer#decode(int[])} of all pushed ids, except around bytes that never
+     * form a character: a byte-fallback decoder turns a whole run of byte tokens into U+FFFD when one of them
+     * is invalid, also characters of the run already streamed; and a capped run may end inside a character.
      *
      * <p>Not thread-safe; one decoder per generated sequence.
      */
     public final class StreamDecoder {
+        /** Tokens held back before they are emitted as they stand: far more than any character needs (4 bytes). */
+        static final int MAX_PENDING = 64;
+
         private final boolean skipSpecialTokens;
         private int[] ids = new int[32];
         private int size;
-        private String text = "";
-        private int emitted;
+        private int readOffset;              // ids[readOffset, size) are pending: pushed, not yet emitted
+        private int[] context = new int[0];  // the tokens of the last emitted piece
+        private String contextText = "";     // decode(context)
+        private String pending = "";         // the text of the pending tokens so far (held back)
+        private final StringBuilder emitted = new StringBuilder();
 
         private StreamDecoder(boolean skipSpecialTokens) {
             this.skipSpecialTokens = skipSpecialTokens;
@@ -411,28 +432,40 @@ public final class Tokenizer implements AutoCloseable {
                 ids = Arrays.copyOf(ids, size * 2);
             }
             ids[size++] = id;
-            text = decode(ids, size, skipSpecialTokens);
-            if (text.endsWith("\uFFFD") || text.length() <= emitted) {
-                return "";
+            int[] window = Arrays.copyOf(context, context.length + size - readOffset);
+            System.arraycopy(ids, readOffset, window, context.length, size - readOffset);
+            String text = decode(window, window.length, skipSpecialTokens);
+            String fresh = text.length() > contextText.length() ? text.substring(contextText.length()) : "";
+            if (!fresh.isEmpty() && !fresh.endsWith("\uFFFD")) {
+                return emit(fresh, true);
             }
-            String out = text.substring(emitted);
-            emitted = text.length();
-            return out;
+            if (size - readOffset >= MAX_PENDING) {
+                return emit(fresh, false);  // a long run without a character: out it goes, the context stays
+            }
+            pending = fresh;
+            return "";
         }
 
         /** Returns the text held back so far (an unfinished character at the end), and marks it emitted. */
         public String flush() {
-            if (text.length() <= emitted) {
-                return "";
-            }
-            String out = text.substring(emitted);
-            emitted = text.length();
-            return out;
+            return pending.isEmpty() ? "" : emit(pending, true);
         }
 
-        /** The whole decoded text of the tokens pushed so far. */
-        public String text() {
+        /** Emits {@code text} for the pending tokens, which become the context if {@code newContext}. */
+        private String emit(String text, boolean newContext) {
+            if (newContext) {
+                context = Arrays.copyOfRange(ids, readOffset, size);
+                contextText = decode(context, context.length, skipSpecialTokens);
+            }
+            readOffset = size;
+            pending = "";
+            emitted.append(text);
             return text;
+        }
+
+        /** The decoded text of the tokens pushed so far: everything emitted, then anything held back. */
+        public String text() {
+            return emitted + pending;
         }
 
         /** A copy of the tokens pushed so far. */

@@ -12,6 +12,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.mamba4j.CheckpointException;
 import org.mamba4j.InvalidConfigException;
+import org.mamba4j.ModelConfig;
 
 class HfMambaConfigTest {
 
@@ -241,6 +242,25 @@ class HfMambaConfigTest {
         rejects(MINIMAL_HF + ", \"pad_vocab_size_multiple\": 0}", "'pad_vocab_size_multiple'");
         rejects(MINIMAL_HF + ", \"layer_norm_epsilon\": 0}", "'layer_norm_epsilon' must be in (0, 1)");
         rejects("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 0}", "'vocab_size' must be positive");
+    }
+
+    /** The limits are libmamba's (ModelConfig.limitMax), not a Java copy: each maximum passes, one more fails. */
+    @Test
+    void sizeLimitsAreTheNativeOnes() {
+        String[][] keys = {{"hidden_size", "dModel"}, {"num_hidden_layers", "layers"}, {"state_size", "dState"},
+            {"conv_kernel", "dConv"}, {"expand", "expand"}, {"vocab_size", "vocabSize"}};
+        for (String[] k : keys) {
+            long max = ModelConfig.limitMax(k[1]);
+            String base = "{\"model_type\": \"mamba\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"vocab_size\": 256, ";
+            String ok = base.replace("\"" + k[0] + "\": 64, ", "").replace("\"" + k[0] + "\": 2, ", "")
+                    .replace("\"" + k[0] + "\": 256, ", "") + "\"" + k[0] + "\": " + max + "}";
+            String bad = ok.replace(": " + max + "}", ": " + (max + 1) + "}");
+            HfMambaConfig.parse(ok, "cfg.json");
+            long min = Math.max(1, ModelConfig.limitMin(k[1]));  // a language model has at least one token
+            rejects(bad, "'" + k[0] + "' must be in [" + min + ", " + max + "]");
+        }
+        assertThrows(InvalidConfigException.class, () -> new HfMambaConfig(64, 2, (int) ModelConfig.limitMax("dState") + 1, 4, 2,
+                128, 4, 256, 8, 1e-5, true, true));
     }
 
     @Test
