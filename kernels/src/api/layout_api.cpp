@@ -1,6 +1,7 @@
 // Process-wide and model-less parts of the public API: ParamLayout, the no-op, the training query.
 #include "arch/backbone.h"
 #include "core/backends.h"
+#include "core/errors.h"
 
 #include <stdexcept>
 
@@ -21,7 +22,7 @@ int ParamLayout::rank(int index) const { return static_cast<int>(layout(impl_).t
 int64_t ParamLayout::dim(int index, int axis) const {
     const ParamInfo& p = layout(impl_).table.at(index);
     if (axis < 0 || axis >= static_cast<int>(p.shape.size()))
-        throw std::out_of_range("axis " + std::to_string(axis) + " is out of range");
+        failRange("axis " + std::to_string(axis) + " is out of range [0, " + std::to_string(p.shape.size()) + ")");
     return p.shape[axis];
 }
 int64_t ParamLayout::size(int index) const { return layout(impl_).table.at(index).size; }

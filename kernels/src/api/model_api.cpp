@@ -25,7 +25,7 @@ int Model::paramIndex(const std::string& name) const { return impl_->backbone.ta
 int Model::paramRank(int index) const { return static_cast<int>(impl_->backbone.table.at(index).shape.size()); }
 int64_t Model::paramDim(int index, int axis) const {
     const ParamInfo& p = impl_->backbone.table.at(index);
-    if (axis < 0 || axis >= static_cast<int>(p.shape.size())) throw std::out_of_range("axis out of range");
+    if (axis < 0 || axis >= static_cast<int>(p.shape.size())) failRange("axis " + std::to_string(axis) + " is out of range [0, " + std::to_string(p.shape.size()) + ")");
     return p.shape[axis];
 }
 int64_t Model::paramSize(int index) const { return impl_->backbone.table.at(index).size; }
@@ -145,7 +145,7 @@ void State::reset() {
 
 static void checkRow(const StateImpl& s, int row) {
     if (row < 0 || row >= s.batch)
-        throw std::out_of_range("row " + std::to_string(row) + " is out of range [0, " + std::to_string(s.batch) + ")");
+        failRange("row " + std::to_string(row) + " is out of range [0, " + std::to_string(s.batch) + ")");
 }
 
 void State::resetRow(int row) {

@@ -54,7 +54,7 @@ int Tensor::device() const { return impl_->device; }
 int Tensor::dtype() const { return impl_->dtype; }
 int Tensor::rank() const { return static_cast<int>(impl_->shape.size()); }
 int64_t Tensor::dim(int axis) const {
-    if (axis < 0 || axis >= rank()) throw std::out_of_range("axis " + std::to_string(axis) + " out of range");
+    if (axis < 0 || axis >= rank()) failRange("axis " + std::to_string(axis) + " is out of range [0, " + std::to_string(rank()) + ")");
     return impl_->shape[axis];
 }
 int64_t Tensor::size() const { return impl_->size; }

@@ -52,12 +52,12 @@ public:
         if (scale != 1.f) ops.scale(replica.dy_stage.data(), n, scale);
     }
     int64_t checkTargets(const int* t, int64_t length, int ignoreIndex) {
-        require(head != nullptr, "cross-entropy needs a head: call addHead(vocab, seed) first");
+        if (!head) failState("cross-entropy needs a head: call addHead(vocab, seed) first");
         require(t != nullptr, "targets are null");
         requireLength("targets", length, R);
         for (int64_t r = 0; r < R; ++r)
             if (t[r] != ignoreIndex && (t[r] < 0 || t[r] >= head->vocab))
-                throw std::out_of_range("targets[" + std::to_string(r) + "] = " + std::to_string(t[r]) +
+                failRange("targets[" + std::to_string(r) + "] = " + std::to_string(t[r]) +
                                         " is outside [0, " + std::to_string(head->vocab) +
                                         ") and is not the ignore index " + std::to_string(ignoreIndex));
         return stageTargets(reinterpret_cast<const int32_t*>(t), ignoreIndex);
@@ -95,7 +95,7 @@ void Trainer::setClipGradNorm(float maxNorm) {
 float Trainer::clipGradNorm() const { return impl_->clip; }
 
 void Trainer::addHead(int vocab, int64_t seed) {
-    require(impl_->head == nullptr, "the trainer already has a head");
+    if (impl_->head) failState("the trainer already has a head");
     require(vocab >= 1 && vocab <= (1 << 20), "vocab = " + std::to_string(vocab) + " must be in [1, 1048576]");
     impl_->addHead(vocab, seed);
 }
@@ -256,7 +256,7 @@ StepStats Trainer::evalCrossEntropy(const float* x, int64_t xLength, const int* 
 
 void Trainer::readInputGradient(float* dst, int64_t dstLength) const {
     Impl& t = *impl_;
-    require(t.have_dx, "no backward has run yet");
+    if (!t.have_dx) failState("no backward has run yet");
     require(dst != nullptr, "destination is null");
     requireLength("input gradient", dstLength, t.R * t.model.backbone.dims.in_width);
     t.ops.download(dst, t.replica.dx_stage.data(), t.R * t.model.backbone.dims.in_width);

@@ -1,5 +1,7 @@
 #include "param_table.h"
 
+#include "core/errors.h"
+
 #include <stdexcept>
 
 namespace mamba {
@@ -20,7 +22,7 @@ int ParamTable::indexOf(const std::string& name) const {
 
 const ParamInfo& ParamTable::at(int index) const {
     if (index < 0 || index >= count())
-        throw std::out_of_range("parameter index " + std::to_string(index) + " is out of range [0, " +
+        failRange("parameter index " + std::to_string(index) + " is out of range [0, " +
                                 std::to_string(count()) + ")");
     return params_[index];
 }

@@ -42,7 +42,7 @@ void requireOrdinal(int ordinal) {
     const Probe& p = probe();
     if (p.count == 0) throw std::runtime_error("no CUDA device: " + p.reason);
     if (ordinal < 0 || ordinal >= p.count)
-        throw std::out_of_range("CUDA device " + std::to_string(ordinal) + " does not exist (" +
+        failRange("CUDA device " + std::to_string(ordinal) + " does not exist (" +
                                 std::to_string(p.count) + " present)");
 }
 }  // namespace

@@ -22,7 +22,7 @@ Slot TrainerRuntime::slot(int index) const {
     const ParamTable& t = model.backbone.table;
     const int P = t.count();
     if (index < 0 || index >= paramCount())
-        throw std::out_of_range("trainable tensor index " + std::to_string(index) + " is out of range [0, " +
+        failRange("trainable tensor index " + std::to_string(index) + " is out of range [0, " +
                                 std::to_string(paramCount()) + ")");
     const TrainerReplica& r = replica;
     if (index < P) {
@@ -76,7 +76,7 @@ void TrainerRuntime::forward() {
 }
 
 void TrainerRuntime::backward() {
-    require(have_tape, "backward needs a forward first (each forward allows one backward)");
+    if (!have_tape) failState("backward needs a forward first (each forward allows one backward)");
     have_tape = false;
     TrainerReplica& r = replica;
     const WeightView w = model.weights();
@@ -165,7 +165,7 @@ void TrainerRuntime::setStartState(const StateImpl& s) {
 }
 
 void TrainerRuntime::readEndState(StateImpl& s) const {
-    require(have_end, "no forward has run yet");
+    if (!have_end) failState("no forward has run yet");
     ops.copy(s.data.data(), replica.work_state.data(), model.backbone.dims.row_state * B);
 }
 

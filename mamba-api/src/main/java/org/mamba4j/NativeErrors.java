@@ -1,6 +1,5 @@
 package org.mamba4j;
 
-import java.util.regex.Pattern;
 
 /**
  * Maps libmamba's errors onto the exceptions the API promises. JavaCPP rethrows every C++ exception as a
@@ -18,10 +17,7 @@ import java.util.regex.Pattern;
  * </ul>
  *
  * The argument tags are stripped (the exception type says it); the last two are kept, they read as
- * sentences. Messages without a tag come from a libmamba that predates the contract: for those, the
- * messages Java callers can reach are recognised by their wording ({@link #LEGACY_ARGUMENT},
- * {@link #LEGACY_CONFIG}, {@link #LEGACY_STATE}) so the exception types are the same before and after the
- * tags; everything else stays a {@link MambaException}. Drop the legacy patterns once libmamba tags.
+ * sentences. A message without a tag is an internal error and stays a {@link MambaException}.
  */
 final class NativeErrors {
     static final String INVALID_ARGUMENT = "invalid argument: ";
@@ -29,15 +25,6 @@ final class NativeErrors {
     static final String ILLEGAL_STATE = "illegal state: ";
     static final String OUT_OF_MEMORY = "out of memory";
     static final String NO_DEVICE = "no CUDA device";
-
-    /** Untagged argument messages: requireLength's "x has 3 floats, expected 4", the range checks, field names. */
-    static final Pattern LEGACY_ARGUMENT = Pattern.compile(
-            " has -?\\d+ floats, expected -?\\d+$| is out of range \\[| is outside \\[|^unknown config field '");
-    /** Untagged validateConfig messages name the field first: "inputDim = 2000000 is out of range: …". */
-    static final Pattern LEGACY_CONFIG = Pattern.compile("^[A-Za-z][A-Za-z/]* = \\S+ (is|must)");
-    /** Untagged call-order messages of the Trainer: a backward without its forward, and the like. */
-    static final Pattern LEGACY_STATE = Pattern.compile(
-            "^backward needs a forward first|^no forward has run yet$|^no backward has run yet$");
 
     private NativeErrors() {}
 
@@ -56,9 +43,6 @@ final class NativeErrors {
         if (m.startsWith(ILLEGAL_STATE)) return new IllegalStateException(m.substring(ILLEGAL_STATE.length()), e);
         if (m.startsWith(OUT_OF_MEMORY)) return new OutOfDeviceMemoryException(m);
         if (m.startsWith(NO_DEVICE)) return new DeviceUnavailableException(m);
-        if (config && LEGACY_CONFIG.matcher(m).find()) return argument(m, true, e);
-        if (LEGACY_ARGUMENT.matcher(m).find()) return argument(m, config, e);
-        if (LEGACY_STATE.matcher(m).find()) return new IllegalStateException(m, e);
         return new MambaException(m, e);
     }
 
