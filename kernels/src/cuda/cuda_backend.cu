@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 
 namespace mamba::cuda {
@@ -24,6 +26,20 @@ bool envOff(const char* name) {
     const char* v = std::getenv(name);
     return v && std::strcmp(v, "0") == 0;
 }
+
+/**
+ * The capture gate. cudaFree, cudaFreeHost and cuBLAS handle creation/destruction synchronise the whole device,
+ * and a device-wide synchronisation issued by ANY thread while another thread captures a graph invalidates that
+ * capture (seen with 8 models on 8 threads: cudaErrorStreamCaptureInvalidated), whatever the capture mode. So
+ * every capture holds the gate shared from begin to end, and those calls hold it exclusively: they wait for the
+ * captures in flight, and no capture starts while they run. A capturing thread never asks for it exclusively
+ * (its frees are deferred to after the capture), so the gate cannot deadlock.
+ */
+std::shared_mutex& captureGate() {
+    static std::shared_mutex gate;
+    return gate;
+}
+using OutsideCaptures = std::unique_lock<std::shared_mutex>;
 
 /** Floats from the first to one past the last element of a row-major [rows, cols] block with row stride ld. */
 int64_t span(int64_t rows, int64_t ld, int64_t cols) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
@@ -52,15 +68,21 @@ CudaBackend::~CudaBackend() {
     // Errors are ignored: a destructor must not throw, and the device may be in any state here.
     cudaSetDevice(ordinal_);
     cudaStreamSynchronize(stream_);
-    if (blas_) cublas().destroy(blas_);  // (the library was loaded when the handle was made)
+    if (blas_) {  // (the library was loaded when the handle was made)
+        OutsideCaptures gate(captureGate());
+        cublas().destroy(blas_);
+    }
     freeNow(blas_ws_);
     freeNow(lowp_ws_);
     freeNow(scan_ws_);
     for (float* p : train_ws_) freeNow(p);
     for (void* p : deferred_) freeNow(p);
     releaseRetired();
-    if (pin_up_) cudaFreeHost(pin_up_);
-    if (pin_down_) cudaFreeHost(pin_down_);
+    {
+        OutsideCaptures gate(captureGate());
+        if (pin_up_) cudaFreeHost(pin_up_);
+        if (pin_down_) cudaFreeHost(pin_down_);
+    }
     if (up_done_) cudaEventDestroy(up_done_);
     cudaStreamDestroy(stream_);
     cudaGetLastError();
@@ -111,6 +133,7 @@ void* CudaBackend::deviceMalloc(size_t bytes, const char* what) {
 cublasHandle CudaBackend::blas() {
     if (blas_) return blas_;
     requireNotCapturing("creating the cuBLAS handle");
+    OutsideCaptures gate(captureGate());  // creation allocates and may synchronise the device
     const CublasApi& api = cublas();
     cublasHandle h = nullptr;
     checkCublas(api.create(&h), "cublasCreate_v2");
@@ -182,7 +205,7 @@ float* CudaBackend::alloc(int64_t n) {
     void* p = deviceMalloc(bytes, "alloc");
     const cudaError_t z = cudaMemsetAsync(p, 0, bytes, stream_);
     if (z != cudaSuccess) {
-        cudaFree(p);
+        freeNow(p);
         throwCuda(z, "cudaMemsetAsync");
     }
     return static_cast<float*>(p);
@@ -191,6 +214,7 @@ float* CudaBackend::alloc(int64_t n) {
 void CudaBackend::freeNow(void* p) noexcept {
     if (!p) return;
     cudaStreamSynchronize(stream_);  // no queued kernel may still use it
+    OutsideCaptures gate(captureGate());
     cudaFree(p);
     cudaGetLastError();
 }
@@ -221,7 +245,10 @@ void* CudaBackend::pinned(void*& buf, size_t& cap, size_t bytes) {
         cudaGetLastError();
         return nullptr;  // fall back to pageable transfers
     }
-    if (buf) cudaFreeHost(buf);  // callers made sure no copy still reads or writes it
+    if (buf) {  // callers made sure no copy still reads or writes it
+        OutsideCaptures gate(captureGate());
+        cudaFreeHost(buf);
+    }
     buf = p;
     cap = want;
     return buf;
@@ -544,7 +571,12 @@ void CudaBackend::beginCapture() {
         }
         // Thread-local mode: only this thread's unsafe calls are checked, and only this stream is recorded,
         // so other contexts (other streams, other threads) neither break the capture nor enter it.
-        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        captureGate().lock_shared();  // released in endCapture: no device-wide synchronisation until then
+        const cudaError_t b = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+        if (b != cudaSuccess) {
+            captureGate().unlock_shared();
+            check(b, "cudaStreamBeginCapture");
+        }
         capturing_ = true;
         serialize_next_ = true;  // the graph's first kernel follows an upload
     } catch (...) {
@@ -564,6 +596,7 @@ void* CudaBackend::endCapture() {
     cudaGraph_t graph = nullptr;
     const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
     capturing_ = false;
+    captureGate().unlock_shared();
     for (void* p : deferred_) freeNow(p);
     deferred_.clear();
     for (void* old : deferred_graphs_) destroyGraph(old);

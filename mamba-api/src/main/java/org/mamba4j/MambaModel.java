@@ -27,8 +27,14 @@ import org.mamba4j.nativ.ParamLayout;
  * (JNI array access); direct {@link FloatBuffer}s are used in place on the CPU (no copy). On a GPU,
  * host data is always staged through device memory.
  *
- * <p><b>Threads.</b> Calls on one model (and its states) are serialised: the model is safe to share,
- * but for throughput batch sequences into one state instead of calling from many threads.
+ * <p><b>Threads.</b> Any number of models may be used from any number of threads at once, on the CPU and
+ * on a GPU: each model owns its native resources (on a GPU its own CUDA stream, cuBLAS handle, workspaces,
+ * staging buffers and captured graphs), so one thread's calls never change another's results — every
+ * thread gets exactly the bits it would get alone. One model may also be shared between threads: its
+ * calls (and those of its states and trainer) are serialised by one lock, and results are the same as in
+ * any sequential order of those calls; give each thread its own {@link MambaState}. For throughput, batch
+ * sequences into one state instead of calling from many threads. On the CPU, concurrent calls share one
+ * worker pool: an op that finds it busy runs on the calling thread (same bits, less parallelism).
  * Every call after {@link #close()} throws {@link IllegalStateException}.
  *
  * <p><b>Direct buffers</b> must be in the platform's byte order ({@code ByteBuffer.allocateDirect(n)

@@ -8,7 +8,9 @@ import org.mamba4j.nativ.State;
  * history and the SSM state. Rows are independent; a row is {@link #rowSize()} floats that can be read
  * out and written back, so a server can park a sequence and resume it later in any row.
  *
- * <p>A state belongs to its model: its calls are serialised with the model's (one lock), and every row
+ * <p><b>Threads.</b> A state belongs to its model: its calls are serialised with the model's (one lock), so
+ * threads may share a model as long as each uses its own state (two threads stepping ONE state advance it in
+ * whatever order their calls arrive). Every row operation completes before it returns. Every row
  * operation throws {@link IllegalStateException} once the state <em>or its model</em> is closed. Closing a
  * state after its model still frees its memory. {@link #close()} is idempotent and thread-safe.
  */

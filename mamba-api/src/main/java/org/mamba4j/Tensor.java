@@ -13,7 +13,9 @@ import org.bytedeco.javacpp.Pointer;
  * Float copies need an F32 tensor; byte copies work for any dtype (whole 4-byte words).
  * An allocation the device cannot satisfy throws {@link OutOfDeviceMemoryException}; nothing leaks and
  * later allocations work. Use after {@link #close()} throws {@link IllegalStateException}; calls on one
- * tensor are serialised, and closing is idempotent and thread-safe.
+ * tensor are serialised, and closing is idempotent and thread-safe. <b>Threads:</b> a tensor has its own device
+ * context, and every copy completes before it returns, so a tensor filled on one thread can be read by a model
+ * stepped on another; do not write a tensor while a model call that reads it is running.
  */
 public final class Tensor implements AutoCloseable {
     private final org.mamba4j.nativ.Tensor peer;

@@ -50,7 +50,9 @@ import org.mamba4j.nativ.global.libmamba;
  * device they are bit-identical from run to run on the same GPU model (no atomics; fixed-order reductions);
  * CPU and GPU agree to f32 rounding, not bit for bit.
  *
- * <p><b>Threads and lifetime.</b> Calls are serialised with the model's own calls. The model must stay
+ * <p><b>Threads and lifetime.</b> Calls are serialised with the model's own calls, so inference on the model
+ * from another thread sees the weights before or after an optimizer step, never half of one; trainers of
+ * different models run concurrently without affecting each other's bits. The model must stay
  * open while the trainer is used; every call after {@link #close()} (of either) throws
  * {@link IllegalStateException}. Closing is idempotent and thread-safe.
  *

@@ -15,6 +15,7 @@ import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -22,7 +23,9 @@ import org.junit.jupiter.params.provider.ValueSource;
  * Several models on one GPU, one thread each: every thread's outputs must be bitwise equal to the same work run
  * alone. Each model owns its CUDA context (stream, cuBLAS handle, workspaces, staging, graphs), so nothing one
  * thread does may change another's results — including a CUDA-graph capture running while other threads launch.
- * Mixes decode steps (graphs on and off), prefill, full forwards, Tensor steps, training steps and close.
+ * Mixes decode steps (graphs on and off), prefill, full forwards, Tensor steps, training steps and close ({@value
+ * #ROUNDS} rounds per thread, 2 concurrent trials per thread count); and two threads sharing one model, each with
+ * its own state. The CPU twin is {@link ConcurrencyTest}.
  */
 @Tag("gpu")
 class GpuConcurrencyTest {
@@ -79,6 +82,46 @@ class GpuConcurrencyTest {
             }
         }
         return out;
+    }
+
+    /** A shared model, each thread with its own state: graphs on, steps, prefill and forwards interleaved. */
+    private static List<float[]> sharedWork(MambaModel m, int id) {
+        Random rng = new Random(500 + id);
+        List<float[]> out = new ArrayList<>();
+        int batch = 2 + id;
+        try (MambaState s = m.newState(batch)) {
+            for (int round = 0; round < ROUNDS; round++) {
+                switch (round % 3) {
+                    case 0 -> out.add(m.prefill(s, TestUtil.random(rng, batch * 8 * m.inputWidth(), 1.0), 8));
+                    case 1 -> out.add(m.step(s, TestUtil.random(rng, batch * m.inputWidth(), 1.0)));
+                    default -> out.add(m.forward(TestUtil.random(rng, 3 * 4 * m.inputWidth(), 1.0), 3, 4));
+                }
+            }
+        }
+        return out;
+    }
+
+    @Test
+    void twoThreadsSharingOneModelMatchSequentialRuns() throws Exception {
+        Mamba1Config c = Mamba1Config.builder().dModel(256).layers(3).build();
+        for (DType dtype : new DType[] {DType.F32, DType.BF16}) {
+            try (MambaModel m = MambaModel.builder(c).inputDim(16).device(Device.cuda(0)).dtype(dtype).seed(3).build()) {
+                m.setCudaGraphs(true);
+                List<float[]> a = sharedWork(m, 0), b = sharedWork(m, 1);
+                ExecutorService pool = Executors.newFixedThreadPool(2);
+                try {
+                    Future<List<float[]>> fa = pool.submit(() -> sharedWork(m, 0));
+                    Future<List<float[]>> fb = pool.submit(() -> sharedWork(m, 1));
+                    List<float[]> ga = fa.get(5, TimeUnit.MINUTES), gb = fb.get(5, TimeUnit.MINUTES);
+                    for (int i = 0; i < ROUNDS; i++) {
+                        assertArrayEquals(a.get(i), ga.get(i), dtype + " thread 0, output " + i);
+                        assertArrayEquals(b.get(i), gb.get(i), dtype + " thread 1, output " + i);
+                    }
+                } finally {
+                    pool.shutdownNow();
+                }
+            }
+        }
     }
 
     @ParameterizedTest

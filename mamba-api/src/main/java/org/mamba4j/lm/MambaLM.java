@@ -19,7 +19,10 @@ import org.mamba4j.MambaState;
  *     lm.generate("The capital of France is", Sampling.greedy().maxNewTokens(20), System.out::print);
  * }
  * }</pre>
- * Not thread-safe for concurrent generations (one at a time per instance).
+ * <p><b>Threads.</b> Separate {@code MambaLM} instances generate concurrently without affecting each other (each
+ * owns its model and device resources). {@code generate} calls on ONE instance may also run concurrently: each
+ * generation has its own state and sampler and the model serialises their steps, so each returns what it would
+ * alone — but they take turns on the device; for throughput, batch the prompts into one call.
  */
 public final class MambaLM implements AutoCloseable {
     private final MambaModel model;
