@@ -53,6 +53,17 @@ void TrainerRuntime::writeParam(int index, const float* host) {
     ops.upload(s.p, host, s.n);
 }
 
+ForwardIO TrainerRuntime::stagedIO(int steps) {
+    ForwardIO io;
+    io.x = replica.x_stage.data();
+    io.B = B;
+    io.T = steps;
+    io.out = replica.y_stage.data();
+    io.allPositions = true;
+    io.state = replica.work_state.data();
+    return io;
+}
+
 void TrainerRuntime::forward() {
     TrainerReplica& r = replica;
     const int64_t n = model.backbone.dims.row_state * B;
@@ -63,14 +74,7 @@ void TrainerRuntime::forward() {
     start_pending = false;
     have_tape = false;
     ops.copy(r.work_state.data(), r.tape_start.data(), n);
-    ForwardIO io;
-    io.x = r.x_stage.data();
-    io.B = B;
-    io.T = T;
-    io.out = r.y_stage.data();
-    io.allPositions = true;
-    io.state = r.work_state.data();
-    r.runner.forwardTape(ops, model.weights(), io, r.tape_start.data());
+    r.runner.forwardTape(ops, model.weights(), stagedIO(T), r.tape_start.data());
     have_tape = true;
     have_end = true;
 }
@@ -145,14 +149,7 @@ void TrainerRuntime::burnIn(const float* x, int nSteps) {
                       chunk.begin() + static_cast<int64_t>(b) * n * w);
         ops.upload(r.x_stage.data(), chunk.data(), static_cast<int64_t>(chunk.size()));
         ops.copy(r.work_state.data(), r.start_state.data(), d.row_state * B);
-        ForwardIO io;
-        io.x = r.x_stage.data();
-        io.B = B;
-        io.T = n;
-        io.out = r.y_stage.data();
-        io.allPositions = true;
-        io.state = r.work_state.data();
-        r.runner.forwardTape(ops, model.weights(), io, r.start_state.data());
+        r.runner.forwardTape(ops, model.weights(), stagedIO(n), r.start_state.data());
         ops.copy(r.start_state.data(), r.work_state.data(), d.row_state * B);
     }
     have_end = false;

@@ -55,6 +55,9 @@ public:
     /** Stages targets [B, T] (already checked) and returns how many are not ignored. */
     int64_t stageTargets(const int32_t* targets, int ignoreIndex) const;
 
+    /** The taped forward of `steps` steps: staged input in, y_stage out, work_state advanced. */
+    ForwardIO stagedIO(int steps);
+
     ModelImpl& model;
     Ops& ops;
     const int B, T;
