@@ -1,5 +1,5 @@
 // AdamW (PyTorch's torch.optim.AdamW, non-amsgrad), element-wise, with the same formula and operation
-// order as the CPU backend (cpu_backward.cpp):
+// order as the CPU backend (cpu_train.cpp):
 //   g ← g·grad_scale;  m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²;
 //   p ← p·(1 − lr·wd) − (lr/bc1)·m / (sqrt(v)/sqrt(bc2) + eps).
 // The constants (decay, step, 1/sqrt(bc2)) are computed on the host exactly as the CPU does.
