@@ -20,6 +20,16 @@ enum Arch { ARCH_MAMBA1 = 1, ARCH_MAMBA3_SISO = 3 };
 /** Weight storage types. Compute, state, residual stream, norms, A_log and D are always f32. */
 enum DTypeCode { DTYPE_F32 = 0, DTYPE_TF32 = 1, DTYPE_BF16 = 2, DTYPE_F16 = 3 };
 
+/**
+ * How matrix products are computed (Model::setGemmMode).
+ * GEMM_DETERMINISTIC: our own fixed-order kernels — bit-reproducible, and batch-invariant (a row's result does
+ *   not depend on how many rows share the call or what they hold), for every product of inference and of the
+ *   training forward.
+ * GEMM_CUBLAS_FAST: the fastest kernels (cuBLAS / OpenBLAS); the default.
+ * GEMM_CUBLAS_PEDANTIC: cuBLAS with pedantic math (no reduced-precision shortcuts); on the CPU, fixed tiles.
+ */
+enum GemmModeCode { GEMM_DETERMINISTIC = 0, GEMM_CUBLAS_FAST = 1, GEMM_CUBLAS_PEDANTIC = 2 };
+
 /** Device codes: DEVICE_CPU, or a CUDA ordinal >= 0 passed as-is. */
 enum DeviceCode { DEVICE_CPU = -1 };
 
@@ -196,6 +206,9 @@ public:
      */
     void setCudaGraphs(bool enabled);
     bool cudaGraphs() const;
+    /** The GemmModeCode of every product (inference and a Trainer's forward); changing it drops captured graphs. */
+    void setGemmMode(int mode);
+    int gemmMode() const;
 
     int paramCount() const;
     int64_t paramTotalSize() const;

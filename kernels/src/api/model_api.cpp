@@ -18,6 +18,8 @@ int Model::dtype() const { return impl_->dtype; }
 int Model::inputWidth() const { return impl_->backbone.dims.in_width; }
 void Model::setCudaGraphs(bool enabled) { impl_->setGraphs(enabled); }
 bool Model::cudaGraphs() const { return impl_->graphs(); }
+void Model::setGemmMode(int mode) { impl_->setGemmMode(mode); }
+int Model::gemmMode() const { return impl_->gemmMode(); }
 int Model::paramCount() const { return impl_->backbone.table.count(); }
 int64_t Model::paramTotalSize() const { return impl_->backbone.table.totalSize(); }
 std::string Model::paramName(int index) const { return impl_->backbone.table.at(index).name; }

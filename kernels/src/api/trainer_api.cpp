@@ -231,7 +231,7 @@ StepStats Trainer::stepCrossEntropy(const float* x, int64_t xLength, const int* 
     t.stageX(x, xLength);
     t.forward();
     StepStats loss;
-    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, scale, true, counted, loss);
+    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, scale, true, counted, loss, t.model.trainingMode());
     t.head->backward(t.ops, t.replica.y_stage.data(), t.R, t.replica.dy_stage.data());
     t.backward();
     StepStats st = t.finish(apply);
@@ -250,7 +250,7 @@ StepStats Trainer::evalCrossEntropy(const float* x, int64_t xLength, const int* 
     t.forward();
     t.have_tape = false;
     StepStats st = t.pending();
-    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, 1.f, false, counted, st);
+    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, 1.f, false, counted, st, t.model.trainingMode());
     return st;
 }
 

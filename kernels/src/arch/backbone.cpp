@@ -124,17 +124,19 @@ void BackboneRunner::forward(Ops& ops, const WeightView& w, const ForwardIO& io,
         ops.gemm(Gemm::forward(mode, y, d.d_model, rows, w.matrix(bb_.lm_head), nullptr, io.out, d.vocab, 0.f));
 }
 
-void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start) {
+void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start,
+                                 GemmMode mode) {
     const BackboneDims& d = bb_.dims;
     require(io.x != nullptr && io.ids == nullptr, "the training forward takes feature inputs");
     const int B = io.B, T = io.T;
     const int64_t R = static_cast<int64_t>(B) * T;
     reserve(ops, B, T, true);
     tape_x_ = nullptr;
-    stem(ops, w, io, GemmMode::Reproducible, entering_[0].data());
+    if (mode == GemmMode::Fast) throw std::logic_error("the training forward needs reproducible products");
+    stem(ops, w, io, mode, entering_[0].data());
     for (int i = 0; i < d.n_layers; ++i) {
         ops.copy(entering_[i + 1].data(), entering_[i].data(), R * d.d_model);
-        LayerCall c = call(i, B, T, GemmMode::Reproducible, io.state);
+        LayerCall c = call(i, B, T, mode, io.state);
         c.resid = entering_[i + 1].data();
         bb_.arch->forwardLayer(ops, w, c, *tape_[i], true);
     }

@@ -64,11 +64,12 @@ public:
     void forward(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode);
 
     /**
-     * Training forward (features in, every position out, Reproducible products) that keeps the tape.
+     * Training forward (features in, every position out) that keeps the tape; products in `mode`, which must be
+     * reproducible (Reproducible, Pedantic or Deterministic).
      * `start` is the state io.state held before the call (read by backward; must stay unchanged until then).
      * io.x must also stay unchanged until backward.
      */
-    void forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start);
+    void forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start, GemmMode mode);
 
     /**
      * Backward of the last forwardTape with dy [B, T, d_model]: ADDS every tensor's gradient into grads

@@ -4,7 +4,8 @@
 //                           kSingleThreadMacs multiply-adds (waking its threads costs more than the product:
 //                           41 → 34 µs for the default decode step), threaded above (both memory channels).
 //   Forward + Reproducible  fixed tiles of C, each one single-threaded sgemm, spread over our pool:
-//                           results depend on the operands only, never on thread counts.
+//   (and + Pedantic)        results depend on the operands only, never on thread counts.
+//   Forward + Deterministic our fixed-order dot products (cpu_gemm_deterministic.cpp): batch-invariant too.
 //   BackwardData            dx = beta·dx + dy·W, tiled as above (always reproducible).
 //   WeightGrad              dw += dyᵀ·x over all rows in one product per tile; dbias += column sums of dy,
 //                           rows in order (always reproducible).
@@ -14,6 +15,7 @@
 
 #include "blas_threads.h"
 #include "core/errors.h"
+#include "cpu_gemm_deterministic.h"
 #include "thread_pool.h"
 
 #include <cblas.h>
@@ -170,12 +172,15 @@ void CpuBackend::gemm(const Gemm& g) {
         case GemmKind::Forward: {
             if (w.out == 0) return;
             float beta = g.beta;
-            if (g.bias || w.in == 0) {  // y = beta·y + bias once; the product then accumulates into it
+            const bool det = g.mode == GemmMode::Deterministic;
+            if (g.bias || w.in == 0 || (det && beta != 1.f)) {  // y = beta·y + bias once; the product adds to it
                 applyBias(g.c, g.ldc, g.rows, w.out, g.bias, beta);
                 beta = 1.f;
             }
             if (w.in == 0) return;
-            if (g.mode == GemmMode::Fast) {
+            if (det) {
+                gemmDeterministicAccumulate(g.a, g.lda, g.rows, w.f32, w.out, w.in, g.c, g.ldc);
+            } else if (g.mode == GemmMode::Fast) {
                 forwardFast(g, beta);
             } else {
                 BlasRead hold;

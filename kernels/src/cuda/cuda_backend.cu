@@ -342,7 +342,7 @@ bool CudaBackend::fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) co
     // One gemv kernel normalises its input rows into shared memory and writes them to norm.y as well. Its
     // blocks read norm.x while block 0 writes norm.y and every block writes y, so those may not overlap.
     const int64_t rows = linear.rows;
-    if (!fuse_ || rows < 1 || rows > kGemvMaxRows) return false;
+    if (!fuse_ || rows < 1 || rows > kGemvMaxRows || linear.mode == GemmMode::Deterministic) return false;
     const Matrix& w = linear.w;
     if (!gemvNormFusable(exec_, static_cast<int>(rows), forwardStorage(w, "normLinear"), w.dtype, w.in)) return false;
     const int64_t x_n = span(rows, norm.ldx, norm.d), y_n = span(rows, norm.ldy, norm.d);
@@ -429,7 +429,9 @@ bool CudaBackend::fuseDtProjection(const ScanArgs& s, const Gemm* p, const ScanC
                                    const ScanPlan& plan) const {
     // The scan computes dt = x·W_dtᵀ + b per (row, channel) and writes it while other threads still read
     // their inputs: dt may overlap none of x, B/C, u and z.
-    if (!p || ck || !fuse_) return false;
+    // Deterministic products never fuse: the fused Δ projection's arithmetic differs from the gemv's, and a
+    // row's result may not depend on whether its batch was small enough to fuse.
+    if (!p || ck || !fuse_ || p->mode == GemmMode::Deterministic) return false;
     const int64_t rows = p->rows;
     if (rows < 1 || rows > kGemvMaxRows || p->beta != 0.f || p->w.in > kDtFuseMaxRank || !dtProjectionFusable(s, plan))
         return false;

@@ -21,12 +21,16 @@ struct Matrix {
 };
 
 /**
- * How a product may be computed.
- * - Fast: the backend's fastest kernel for the shape (inference).
- * - Reproducible: results depend only on the operands — never on thread counts or on a heuristic's split
- *   (training products; every reduction in a fixed order).
+ * How a product may be computed — the GemmMode tiers.
+ * - Fast: the backend's fastest kernel for the shape (GEMM_CUBLAS_FAST inference).
+ * - Pedantic: the vendor GEMM without reduced-precision shortcuts (cuBLAS pedantic math; on the CPU, as
+ *   Reproducible).
+ * - Reproducible: results depend only on the operands — never on thread counts or a heuristic's split — but may
+ *   depend on how many rows share the product (training products in the cuBLAS modes).
+ * - Deterministic: Reproducible AND batch-invariant: row r's result depends only on row r and W, for every
+ *   number of rows and whatever the other rows hold (GEMM_DETERMINISTIC).
  */
-enum class GemmMode { Fast, Reproducible };
+enum class GemmMode { Fast, Pedantic, Reproducible, Deterministic };
 
 enum class GemmKind {
     Forward,       // c[r, 0:out] = beta·c[r] + a[r, 0:in]·Wᵀ (+ bias)            a = x,  c = y

@@ -29,8 +29,8 @@ LinearHead::LinearHead(Ops& ops, int vocab, int d_model, int64_t rows, int64_t s
 }
 
 void LinearHead::loss(Ops& ops, const float* y, int64_t rows, int ignoreIndex, float scale, bool grad, int64_t counted,
-                      StepStats& st) {
-    ops.gemm(Gemm::forward(GemmMode::Reproducible, y, d_model, rows, matrix(), bias(), logits.data(), vocab, 0.f));
+                      StepStats& st, GemmMode mode) {
+    ops.gemm(Gemm::forward(mode, y, d_model, rows, matrix(), bias(), logits.data(), vocab, 0.f));
     const float s = counted > 0 ? scale / static_cast<float>(counted) : 0.f;
     ops.crossEntropy(CrossEntropyArgs{logits.data(), rows, vocab, reinterpret_cast<const int32_t*>(targets.data()),
                                       ignoreIndex, s, row_loss.data(), row_correct.data(),

@@ -21,7 +21,7 @@ public:
      * replaced by dlogits = scale/counted · (softmax − onehot). Fills loss/accuracy/counted of st.
      */
     void loss(Ops& ops, const float* y, int64_t rows, int ignoreIndex, float scale, bool grad, int64_t counted,
-              StepStats& st);
+              StepStats& st, GemmMode mode);
     /** After loss(grad = true): the head's gradients += , and dy = dlogits · W. */
     void backward(Ops& ops, const float* y, int64_t rows, float* dy);
 

@@ -91,6 +91,26 @@ void ModelImpl::setGraphs(bool on) {
     graphs_ = on && ops->capabilities().graphs;
 }
 
+void ModelImpl::setGemmMode(int mode) {
+    require(mode >= GEMM_DETERMINISTIC && mode <= GEMM_CUBLAS_PEDANTIC,
+            "GEMM mode code " + std::to_string(mode) + " is unknown");
+    if (mode != gemm_mode_) dropGraphs();  // a graph records the kernels of the mode it was captured in
+    gemm_mode_ = mode;
+}
+
+GemmMode ModelImpl::inferenceMode() const {
+    switch (gemm_mode_) {
+        case GEMM_DETERMINISTIC: return GemmMode::Deterministic;
+        case GEMM_CUBLAS_PEDANTIC: return GemmMode::Pedantic;
+        default: return GemmMode::Fast;
+    }
+}
+
+GemmMode ModelImpl::trainingMode() const {
+    const GemmMode m = inferenceMode();
+    return m == GemmMode::Fast ? GemmMode::Reproducible : m;
+}
+
 void ModelImpl::dropGraphs() noexcept {
     for (auto& g : step_graphs_) ops->destroyGraph(g.second);
     step_graphs_.clear();
@@ -112,7 +132,7 @@ void ModelImpl::launch(float* state, Input staged, int B, int T, float* out, boo
     io.out = out;
     io.allPositions = allPositions;
     io.state = state;
-    runner_.forward(*ops, weights(), io, GemmMode::Fast);
+    runner_.forward(*ops, weights(), io, inferenceMode());
 }
 
 bool ModelImpl::reserve(int B, int T, int64_t inN, int64_t outN) {

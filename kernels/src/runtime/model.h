@@ -52,6 +52,12 @@ public:
     void checkState(const StateImpl& s) const;
     void setGraphs(bool on);
     bool graphs() const { return graphs_; }
+    /** GEMM_DETERMINISTIC / GEMM_CUBLAS_FAST / GEMM_CUBLAS_PEDANTIC; a change drops captured graphs. */
+    void setGemmMode(int mode);
+    int gemmMode() const { return gemm_mode_; }
+    /** The products of inference, and of a trainer's taped forward (always reproducible), in this model's mode. */
+    GemmMode inferenceMode() const;
+    GemmMode trainingMode() const;
     /** Whether the storage is f32 in the ParamTable layout (so a trainer can update it in place). */
     bool storesF32() const { return !(dtype == DTYPE_BF16 || dtype == DTYPE_F16); }
     float* storageF32() { return storage_.data(); }
@@ -77,6 +83,7 @@ private:
     BackboneRunner runner_;
     Buffer scratch_state_, x_stage_, y_stage_, temp_;
     bool graphs_ = false;
+    int gemm_mode_ = GEMM_CUBLAS_FAST;
     std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, ±batch) -> captured step
 };
 

@@ -74,7 +74,7 @@ void TrainerRuntime::forward() {
     start_pending = false;
     have_tape = false;
     ops.copy(r.work_state.data(), r.tape_start.data(), n);
-    r.runner.forwardTape(ops, model.weights(), stagedIO(T), r.tape_start.data());
+    r.runner.forwardTape(ops, model.weights(), stagedIO(T), r.tape_start.data(), model.trainingMode());
     have_tape = true;
     have_end = true;
 }
@@ -149,7 +149,7 @@ void TrainerRuntime::burnIn(const float* x, int nSteps) {
                       chunk.begin() + static_cast<int64_t>(b) * n * w);
         ops.upload(r.x_stage.data(), chunk.data(), static_cast<int64_t>(chunk.size()));
         ops.copy(r.work_state.data(), r.start_state.data(), d.row_state * B);
-        r.runner.forwardTape(ops, model.weights(), stagedIO(n), r.start_state.data());
+        r.runner.forwardTape(ops, model.weights(), stagedIO(n), r.start_state.data(), model.trainingMode());
         ops.copy(r.start_state.data(), r.work_state.data(), d.row_state * B);
     }
     have_end = false;

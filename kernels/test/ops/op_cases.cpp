@@ -56,7 +56,14 @@ std::string format(const char* f, ...) {
     return buf;
 }
 
-const char* modeName(GemmMode m) { return m == GemmMode::Fast ? "fast" : "repro"; }
+const char* modeName(GemmMode m) {
+    switch (m) {
+        case GemmMode::Fast: return "fast";
+        case GemmMode::Pedantic: return "pedantic";
+        case GemmMode::Deterministic: return "det";
+        default: return "repro";
+    }
+}
 double storageBytes(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16 ? 2.0 : 4.0; }
 
 using Outputs = std::vector<std::vector<float>>;
@@ -144,6 +151,77 @@ Prepared gemmForwardCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int6
     p.outputs = [=] { return Outputs{A->get(dy, rows * ldy)}; };
     p.flops = 2.0 * rows * out * in;
     p.bytes = storageBytes(dtype) * out * in + 4.0 * rows * (in + out * (beta != 0 ? 2 : 1));
+    return p;
+}
+
+/**
+ * GEMM_DETERMINISTIC's promise, batch invariance: a probe row's output is bitwise the same whether it is computed
+ * alone or among M − 1 other rows of random content, at any position, for every M in `batches` (and for y with
+ * beta = 1 and a bias). The reference check of the M = 1 run keeps the kernel honest.
+ */
+Prepared gemmInvarianceCase(Ops& ops, uint64_t seed, int dtype, int out, int in) {
+    static const int64_t batches[] = {1, 2, 3, 7, 8, 9, 13, 61, 128, 257};
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(in), false);
+    const std::vector<float> bias = uniform(rng, out, -0.5, 0.5);
+    const std::vector<float> probe = uniform(rng, in, -1, 1), probeY = uniform(rng, out, -1, 1);
+    const float* dbias = A->put(bias);
+    struct Run {
+        int64_t rows, at;
+        float* y;
+        Gemm g;
+    };
+    auto runs = std::make_shared<std::vector<Run>>();
+    for (int64_t M : batches) {
+        std::vector<float> x = uniform(rng, M * in, -1, 1), y = uniform(rng, M * out, -1, 1);
+        const int64_t at = (M - 1) / 2 + (M > 3 ? 1 : 0);  // not always row 0
+        std::copy(probe.begin(), probe.end(), x.begin() + at * in);
+        std::copy(probeY.begin(), probeY.end(), y.begin() + at * out);
+        float* dy = A->put(y);
+        runs->push_back(Run{M, at, dy, Gemm::forward(GemmMode::Deterministic, A->put(x), in, M, w.m, dbias, dy, out, 1.f)});
+    }
+    p.call = [&ops, runs] {
+        for (const Run& r : *runs) ops.gemm(r.g);
+    };
+    const Vec want = ref::gemmForward(toDouble(probe), 1, w.stored, out, in, toDouble(bias), 1.f, toDouble(probeY));
+    p.check = [=] {
+        std::vector<Compare> cmp;
+        const std::vector<float> alone = A->get(runs->front().y, out);
+        cmp.push_back(nmax("y (B=1)", alone, want, gemmTol(dtype)));
+        for (size_t i = 1; i < runs->size(); ++i) {
+            const Run& r = (*runs)[i];
+            const std::vector<float> all = A->get(r.y, r.rows * out);
+            const std::vector<float> row(all.begin() + r.at * out, all.begin() + (r.at + 1) * out);
+            cmp.push_back(bits("y row " + std::to_string(r.at) + " of B=" + std::to_string(r.rows) + " vs B=1", row, alone));
+        }
+        return cmp;
+    };
+    return p;
+}
+
+/**
+ * On the CPU, GEMM_DETERMINISTIC equals a plain scalar statement of its fixed order bit for bit: lane j of 8
+ * accumulates x[k]·w[k] (one fma) for k ≡ j mod 8, then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+ */
+Prepared gemmFixedOrderCase(Ops& ops, uint64_t seed, int64_t rows, int out, int in) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> x = uniform(rng, rows * in, -1, 1), w = uniform(rng, static_cast<int64_t>(out) * in, -1, 1);
+    float* dy = A->poisoned(rows * out);
+    const Gemm g = Gemm::forward(GemmMode::Deterministic, A->put(x), in, rows, Matrix::f32Of(A->put(w), out, in),
+                                 nullptr, dy, out, 0.f);
+    p.call = [&ops, g] { ops.gemm(g); };
+    std::vector<float> want(static_cast<size_t>(rows * out));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) {
+            float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int k = 0; k < in; ++k) l[k % 8] = std::fma(x[r * in + k], w[static_cast<int64_t>(o) * in + k], l[k % 8]);
+            want[r * out + o] = 0.f + (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7])));
+        }
+    p.check = [=] { return std::vector<Compare>{bits("y vs the scalar fixed order", A->get(dy, rows * out), want)}; };
     return p;
 }
 
@@ -1008,7 +1086,7 @@ std::vector<Case> allCases() {
 
     // ---- gemm Forward: modes × bias × beta × rows (F32), ld > width on half of them ----
     for (int dtype : dtypes)
-        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible})
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Pedantic, GemmMode::Deterministic})
             for (int64_t rows : gemmRows)
                 for (bool bias : {true, false})
                     for (float beta : {0.f, 1.f}) {
@@ -1023,9 +1101,18 @@ std::vector<Case> allCases() {
                                 return gemmForwardCase(o, s, mode, dtype, rows, out, in, bias, beta, pad);
                             });
                     }
+    // GEMM_DETERMINISTIC: batch invariance on every backend and storage type, and the CPU's exact fixed order.
+    for (int dtype : dtypes)
+        add("invariant.gemm.forward", "B=1..257 out=72 in=200 bias beta=1", dtype, "det", lowp(dtype), false,
+            [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 72, 200); });
+    add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", DTYPE_F32, "det", NEED_NONE, false,
+        [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, DTYPE_F32, 40, 13); });
+    for (int in : {5, 8, 61, 768})
+        add("fixedorder.gemm.forward", format("rows=6 out=7 in=%d", in), DTYPE_F32, "det", NEED_HOST_THREADS, false,
+            [=](Ops& o, uint64_t s) { return gemmFixedOrderCase(o, s, 6, 7, in); });
     // Several column/row tiles, and a long reduction.
     for (int dtype : dtypes)
-        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible}) {
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Deterministic}) {
             add("gemm.forward", "rows=257 out=300 in=200 bias beta=0 ld+", dtype, modeName(mode), lowp(dtype), false,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 257, 300, 200, true, 0.f, true); });
             add("gemm.forward", "rows=9 out=24 in=1000 nobias beta=1", dtype, modeName(mode), lowp(dtype), false,
@@ -1033,7 +1120,7 @@ std::vector<Case> allCases() {
         }
     // Realistic sizes (--big / --time): a 130m-class in_proj at decode and prefill, and the LM head at decode.
     for (int dtype : dtypes)
-        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible}) {
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Pedantic, GemmMode::Deterministic}) {
             add("gemm.forward", "rows=1 out=3072 in=768 (in_proj decode)", dtype, modeName(mode), lowp(dtype), true,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 1, 3072, 768, false, 0.f, false); });
             add("gemm.forward", "rows=512 out=3072 in=768 (in_proj prefill)", dtype, modeName(mode), lowp(dtype), true,
@@ -1209,6 +1296,9 @@ std::vector<Case> allCases() {
     };
     train("gemm.forward", "rows=257 out=300 in=200 bias beta=1", [](Ops& o, uint64_t s) {
         return gemmForwardCase(o, s, GemmMode::Reproducible, DTYPE_F32, 257, 300, 200, true, 1.f, false);
+    });
+    train("gemm.forward.det", "rows=257 out=300 in=200 bias beta=1", [](Ops& o, uint64_t s) {
+        return gemmForwardCase(o, s, GemmMode::Deterministic, DTYPE_F32, 257, 300, 200, true, 1.f, false);
     });
     train("gemm.backwardData", "rows=257 out=300 in=200 beta=0",
           [](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 257, 300, 200, 0.f, false); });

@@ -10,7 +10,13 @@
 // | TF32       | our gemv, exact f32 (bandwidth-bound)     | cublasSgemm, TF32 tensor-op math             |
 // | BF16 / F16 | our gemv on the 2-byte values, f32 accum. | activations packed to bf16/f16, cublasGemmEx |
 //
-// GemmMode::Reproducible takes the same kernels: the gemv reduces in a fixed order chosen from the shape
+// GemmMode::Deterministic (GEMM_DETERMINISTIC) runs EVERY row count through the gemv, 8 rows at a time: the gemv
+// computes each row with the same arithmetic whatever the other rows are (its reduction order is a function of
+// the weight's shape alone), so a row's result is batch-invariant for any M — the scalar tier: exact, and slow
+// for long prefills (the weights are read once per 8 rows). GemmMode::Pedantic runs cuBLAS with pedantic math
+// (no TF32 or other reduced-precision shortcuts, even for TF32 storage).
+//
+// GemmMode::Reproducible takes the same kernels as Fast: the gemv reduces in a fixed order chosen from the shape
 // alone, and cuBLAS is run to run deterministic for a fixed handle, stream, workspace and shape (one
 // handle per context, no atomics mode), so a product depends only on its operands.
 //
@@ -111,9 +117,12 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     const Matrix& w = g.w;
     const void* wp = forwardStorage(w, "gemm (Forward)");
     if (w.out == 0) return;
-    if (g.rows <= kGemvMaxRows) {
+    if (g.rows <= kGemvMaxRows || g.mode == GemmMode::Deterministic) {
         // Decode: HBM-bound matrix-vector products; f32 storage (F32 and TF32) runs in exact f32 here.
-        gemv(e, g.a, g.lda, static_cast<int>(g.rows), wp, w.dtype, w.out, w.in, g.bias, g.c, g.ldc, g.beta);
+        for (int64_t r0 = 0; r0 < g.rows; r0 += kGemvMaxRows) {
+            const int n = static_cast<int>(std::min<int64_t>(kGemvMaxRows, g.rows - r0));
+            gemv(e, g.a + r0 * g.lda, g.lda, n, wp, w.dtype, w.out, w.in, g.bias, g.c + r0 * g.ldc, g.ldc, g.beta);
+        }
         return;
     }
     const char* op = "gemm (Forward)";
@@ -132,14 +141,16 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     const float one = 1.f;
     const int m = w.out, k = w.in;
     if (!lowp) {
-        setMath(w.dtype == DTYPE_TF32 ? kCublasTf32TensorOpMath : kCublasDefaultMath);
+        setMath(g.mode == GemmMode::Pedantic  ? kCublasPedanticMath
+                : w.dtype == DTYPE_TF32       ? kCublasTf32TensorOpMath
+                                              : kCublasDefaultMath);
         checkCublas(api.sgemm(h, kCublasOpT, kCublasOpN, m, n_rows, k, &one, w.f32, k, g.a, ldx, &beta, g.c, ldy),
                     "cublasSgemm_v2");
         return;
     }
     // bf16/f16 weights: cublasGemmEx needs both operands in 16 bits, so the activations are packed to the
     // weight type in the fixed workspace (chunks of rows); products accumulate in f32 into f32 y.
-    setMath(kCublasDefaultMath);
+    setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
     const cudaDataType type = w.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(k, 1));
     for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {

@@ -124,6 +124,17 @@ public final class MambaModel implements AutoCloseable {
         return guard.get(peer::cudaGraphs);
     }
 
+    /** Sets how every product is computed (see {@link GemmMode}); captured CUDA graphs are dropped on a change. */
+    public void setGemmMode(GemmMode mode) {
+        Objects.requireNonNull(mode, "mode");
+        guard.run(() -> peer.setGemmMode(mode.code));
+    }
+
+    /** How products are computed now (default {@link GemmMode#CUBLAS_FAST}). */
+    public GemmMode gemmMode() {
+        return GemmMode.ofCode(guard.get(peer::gemmMode));
+    }
+
     /** A zeroed state for {@code batch} independent sequences. Close it when done. */
     public MambaState newState(int batch) {
         Checks.positive("batch", batch);
@@ -361,7 +372,7 @@ public final class MambaModel implements AutoCloseable {
      */
     Builder toBuilder() {
         return new Builder(config).inputDim(inputDim).vocabSize(vocabSize).tieEmbeddings(tieEmbeddings).device(device)
-                .dtype(dtype);
+                .dtype(dtype).gemmMode(gemmMode());
     }
 
     /** Whether {@code other} has this model's shape: same configuration, input width, vocabulary and tying. */
@@ -398,6 +409,7 @@ public final class MambaModel implements AutoCloseable {
         private long seed = 0;
         private int vocabSize = 0;
         private boolean tieEmbeddings = true;
+        private GemmMode gemmMode = GemmMode.CUBLAS_FAST;
 
         private Builder(ModelConfig config) {
             this.config = Objects.requireNonNull(config, "config");
@@ -438,6 +450,12 @@ public final class MambaModel implements AutoCloseable {
             return this;
         }
 
+        /** How products are computed (default {@link GemmMode#CUBLAS_FAST}); changeable later on the model. */
+        public Builder gemmMode(GemmMode mode) {
+            this.gemmMode = Objects.requireNonNull(mode, "mode");
+            return this;
+        }
+
         /** Seed of the paper initialisation: same seed, same weights (default 0). */
         public Builder seed(long seed) {
             this.seed = seed;
@@ -472,7 +490,16 @@ public final class MambaModel implements AutoCloseable {
             if (device.isCpu() && dtype != DType.F32)
                 throw new InvalidConfigException("dtype = " + dtype + " needs a CUDA device; the CPU stores F32 weights");
             checkLm();
-            return new MambaModel(config, inputDim, vocabSize, tieEmbeddings, device, dtype, seed);
+            MambaModel m = new MambaModel(config, inputDim, vocabSize, tieEmbeddings, device, dtype, seed);
+            if (gemmMode != GemmMode.CUBLAS_FAST) {
+                try {
+                    m.setGemmMode(gemmMode);
+                } catch (RuntimeException e) {
+                    m.close();
+                    throw e;
+                }
+            }
+            return m;
         }
 
         private void checkLm() {

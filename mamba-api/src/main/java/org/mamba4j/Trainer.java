@@ -541,9 +541,19 @@ public final class Trainer implements AutoCloseable {
         private AdamW adamW = AdamW.defaults();
         private double clip = 0;
         private LearningRateSchedule schedule;
+        private GemmMode gemmMode;
 
         private Builder(MambaModel model) {
             this.model = Objects.requireNonNull(model, "model");
+        }
+
+        /**
+         * Sets the model's {@link GemmMode} (the trainer's forward follows the model's mode; backward products are
+         * always reproducible). {@link GemmMode#DETERMINISTIC} makes the forward batch-invariant as well.
+         */
+        public Builder gemmMode(GemmMode mode) {
+            this.gemmMode = Objects.requireNonNull(mode, "mode");
+            return this;
         }
 
         /** Sequences per step, B (default 1). */
@@ -611,6 +621,7 @@ public final class Trainer implements AutoCloseable {
 
         /** Allocates the trainer (gradients, AdamW moments, activation tape). */
         public Trainer build() {
+            if (gemmMode != null) model.setGemmMode(gemmMode);
             return new Trainer(this);
         }
     }

@@ -1,0 +1,50 @@
+package org.mamba4j;
+
+
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Tag;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+
+/** GemmModeTest's promises on a CUDA device, for every storage type: batch invariance and run-to-run training. */
+@Tag("gpu")
+class GpuGemmModeTest {
+    @BeforeAll
+    static void needsGpu() {
+        Assumptions.assumeTrue(Device.cudaCount() > 0, () -> "no CUDA device: " + Device.cudaUnavailableReason());
+    }
+
+    @ParameterizedTest
+    @EnumSource(DType.class)
+    void deterministicDecodeIsBatchInvariant(DType dtype) {
+        try (MambaModel m = GemmModeTest.model(Device.cuda(0), dtype, GemmMode.DETERMINISTIC)) {
+            GemmModeTest.decodeIsBatchInvariant(m);
+            m.setCudaGraphs(true);  // graphs record the mode's kernels: the same bits
+            GemmModeTest.decodeIsBatchInvariant(m);
+        }
+    }
+
+    @ParameterizedTest
+    @EnumSource(GemmMode.class)
+    void trainingIsRunToRunIdentical(GemmMode mode) {
+        for (DType dtype : new DType[] {DType.F32, DType.BF16})
+            GemmModeTest.trainingIsRunToRunIdentical(Device.cuda(0), dtype, mode);
+    }
+
+    @ParameterizedTest
+    @EnumSource(GemmMode.class)
+    void everyModeAgreesWithTheCpuToF32Rounding(GemmMode mode) {
+        try (MambaModel cpu = GemmModeTest.model(Device.cpu(), DType.F32, GemmMode.DETERMINISTIC);
+             MambaModel gpu = GemmModeTest.model(Device.cuda(0), DType.F32, mode);
+             MambaState sc = cpu.newState(9);
+             MambaState sg = gpu.newState(9)) {
+            java.util.Random rng = new java.util.Random(4);
+            for (int t = 0; t < 8; t++) {
+                float[] x = TestUtil.random(rng, 9 * GemmModeTest.INPUT, 1.0);
+                double rel = TestUtil.relL2(gpu.step(sg, x), cpu.step(sc, x));
+                org.junit.jupiter.api.Assertions.assertTrue(rel < 1e-5, mode + " step " + t + ": rel L2 " + rel);
+            }
+        }
+    }
+}
