@@ -225,6 +225,34 @@ Prepared gemmFixedOrderCase(Ops& ops, uint64_t seed, int64_t rows, int out, int 
     return p;
 }
 
+/**
+ * A product of a real model's shape for the GEMM table (--time): only three sampled rows are checked against the
+ * double reference, so even M = 4096 prepares in moments.
+ */
+Prepared gemmShapeCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int out, int in) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> x = uniform(rng, rows * in, -1, 1);
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(in), false);
+    float* dy = A->poisoned(rows * out);
+    const Gemm g = Gemm::forward(mode, A->put(x), in, rows, w.m, nullptr, dy, out, 0.f);
+    p.call = [&ops, g] { ops.gemm(g); };
+    const int64_t sample[] = {0, rows / 2, rows - 1};
+    std::vector<double> xs;
+    for (int64_t r : sample) xs.insert(xs.end(), x.begin() + r * in, x.begin() + (r + 1) * in);
+    const Vec want = ref::gemmForward(xs, 3, w.stored, out, in, Vec{}, 0.f, Vec(3 * static_cast<size_t>(out), 0.0));
+    p.check = [=] {
+        const std::vector<float> got = A->get(dy, rows * out);
+        std::vector<float> rowsGot;
+        for (int64_t r : sample) rowsGot.insert(rowsGot.end(), got.begin() + r * out, got.begin() + (r + 1) * out);
+        return std::vector<Compare>{nmax("y (3 sampled rows)", rowsGot, want, gemmTol(dtype))};
+    };
+    p.flops = 2.0 * rows * out * in;
+    p.bytes = storageBytes(dtype) * out * in + 4.0 * rows * (in + out);
+    return p;
+}
+
 Prepared gemmBackwardDataCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta, bool pad) {
     Rng rng(seed);
     Prepared p = start(ops);
@@ -1128,6 +1156,19 @@ std::vector<Case> allCases() {
             add("gemm.forward", "rows=1 out=50280 in=768 (lm head)", dtype, modeName(mode), lowp(dtype), true,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 1, 50280, 768, false, 0.f, false); });
         }
+
+    // The GEMM table (--time): in_proj of the 130m and 2.8b shapes at decode, batched decode and prefill sizes,
+    // every mode, F32 and BF16.
+    for (int dtype : {DTYPE_F32, DTYPE_BF16})
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Pedantic, GemmMode::Deterministic})
+            for (const auto& s : {std::pair<int, int>{3072, 768}, std::pair<int, int>{10240, 2560}})
+                for (int64_t rows : {1, 8, 64, 256, 4096})
+                    add("bench.gemm.forward",
+                        format("rows=%lld out=%d in=%d (%s in_proj)", static_cast<long long>(rows), s.first, s.second,
+                               s.second == 768 ? "130m" : "2.8b"),
+                        dtype, modeName(mode), lowp(dtype), true, [=](Ops& o, uint64_t seed) {
+                            return gemmShapeCase(o, seed, mode, dtype, rows, s.first, s.second);
+                        });
 
     // ---- gemm BackwardData, WeightGrad (always Reproducible) ----
     for (int64_t rows : gemmRows)

@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Random;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
+import org.mamba4j.GemmMode;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
@@ -20,7 +21,7 @@ import org.mamba4j.MambaState;
  * Decode and prefill speed of Mamba-1 on a CUDA device, against the HBM floor. Prints markdown tables.
  *
  * <pre>
- *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--out FILE]
+ *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--mode DETERMINISTIC|CUBLAS_FAST|CUBLAS_PEDANTIC] [--out FILE]
  * </pre>
  *
  * <p>Models are language models with random seeded weights in the shapes of the public checkpoints —
@@ -51,6 +52,8 @@ public final class GpuDecodeBench {
     private final List<String> batchRows = new ArrayList<>();
     private final List<String> prefillRows = new ArrayList<>();
     private final List<String> memoryRows = new ArrayList<>();
+    /** Every model's GemmMode (--mode; default the models' default, CUBLAS_FAST). */
+    private static GemmMode mode = GemmMode.CUBLAS_FAST;
 
     private GpuDecodeBench(boolean quick) {
         this.quick = quick;
@@ -63,6 +66,7 @@ public final class GpuDecodeBench {
             switch (args[i]) {
                 case "--out" -> outFile = Path.of(args[++i]);
                 case "--quick" -> quick = true;
+                case "--mode" -> mode = GemmMode.valueOf(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -144,7 +148,8 @@ public final class GpuDecodeBench {
     }
 
     private void run() {
-        print("# GPU decode benchmark — " + Device.cuda(0).name() + " (floor: weight bytes / 4.26 TB/s)");
+        print("# GPU decode benchmark — " + Device.cuda(0).name() + ", GemmMode " + mode
+                + " (floor: weight bytes / 4.26 TB/s)");
         print("");
         print("Random seeded language models in checkpoint shapes (vocabulary 50,280, tied head). Every step goes"
                 + " through the public API, host copies and synchronisation included. backbone: float step;"
@@ -159,7 +164,7 @@ public final class GpuDecodeBench {
                 long t0 = System.nanoTime();
                 long freeBefore = Device.cuda(0).freeMemory();
                 try (MambaModel m = MambaModel.builder(config(shape)).vocabSize(VOCAB).device(Device.cuda(0)).dtype(dt)
-                        .seed(7).build()) {
+                        .gemmMode(mode).seed(7).build()) {
                     System.err.printf("built %s %s in %.1f s%n", shape.name, dt, (System.nanoTime() - t0) / 1e9);
                     long built = freeBefore - Device.cuda(0).freeMemory();
                     double bytes = backboneBytes(m, dt);

@@ -2,6 +2,7 @@ package org.mamba4j.bench;
 
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
+import org.mamba4j.GemmMode;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
@@ -34,6 +35,10 @@ public class InferenceBench {
     @Param({"default", "130m"})
     public String shape;
 
+    /** GemmMode: the default (CUBLAS_FAST: OpenBLAS here) or DETERMINISTIC (our batch-invariant kernel). */
+    @Param({"CUBLAS_FAST", "DETERMINISTIC"})
+    public String gemmMode;
+
     private MambaModel model;
     private MambaState state;
     private float[] x, y, prompt;
@@ -42,7 +47,7 @@ public class InferenceBench {
     @Setup(Level.Trial)
     public void setUp() {
         Mamba1Config c = shape.equals("130m") ? Mamba1Config.builder().dModel(768).layers(24).build() : Mamba1Config.defaults();
-        model = MambaModel.builder(c).seed(1).build();
+        model = MambaModel.builder(c).gemmMode(GemmMode.valueOf(gemmMode)).seed(1).build();
         state = model.newState(1);
         Random rng = new Random(2);
         x = new float[c.dModel()];
