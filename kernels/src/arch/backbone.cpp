@@ -118,10 +118,13 @@ void BackboneRunner::forward(Ops& ops, const WeightView& w, const ForwardIO& io,
     const int64_t rows = io.allPositions ? R : B;
     const float* last = io.allPositions ? h : h + static_cast<int64_t>(T - 1) * d.d_model;
     const int64_t ld = io.allPositions ? d.d_model : static_cast<int64_t>(T) * d.d_model;
-    float* y = io.ids ? normed_.data() : io.out;
-    ops.rmsnorm(RmsNormArgs{last, ld, w.vec(bb_.norm_f), rows, d.d_model, d.eps, y, d.d_model});
-    if (io.ids)
-        ops.gemm(Gemm::forward(mode, y, d.d_model, rows, w.matrix(bb_.lm_head), nullptr, io.out, d.vocab, 0.f));
+    const RmsNormArgs norm{last, ld, w.vec(bb_.norm_f), rows, d.d_model, d.eps, io.ids ? normed_.data() : io.out,
+                           d.d_model};
+    if (io.ids)  // logits = lm_head(RMSNorm_f(h)): the named fusion, as in every block
+        ops.normLinear(norm, Gemm::forward(mode, norm.y, d.d_model, rows, w.matrix(bb_.lm_head), nullptr, io.out,
+                                           d.vocab, 0.f));
+    else
+        ops.rmsnorm(norm);
 }
 
 void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start,
