@@ -99,6 +99,33 @@ class MambaCliTest {
     }
 
     @Test
+    void aMissingFolderReadsTheSameInEveryCommand() {
+        String missing = dir.resolve("nope").toString();
+        String info = run(1, "info", "--model", missing)[1];
+        String generate = run(1, "generate", "--model", missing, "--prompt", "x")[1];
+        String convert = run(1, "convert", "--model", missing, "--output", dir.resolve("x.safetensors").toString())[1];
+        assertEquals(info, generate);
+        assertEquals(info, convert);
+        assertTrue(info.startsWith("mamba4j: model folder not found: " + missing), info);
+        assertTrue(info.contains("huggingface-cli download state-spaces/mamba-130m-hf"), "says how to get one: " + info);
+    }
+
+    @Test
+    void versionIsTheProjectVersion() {
+        String out = run(0, "--version")[0];
+        assertTrue(out.matches("(?s)mamba4j \\d+\\.\\d+\\.\\d+(-SNAPSHOT)?\\R.*"), out);
+        assertEquals(out, run(0, "info", "--version")[0], "subcommands print the same version");
+    }
+
+    @Test
+    void progressIsPlainWhenNotATerminal() {
+        // the tests' stderr is not a terminal: one plain line, no carriage returns or escape sequences
+        String err = run(0, "convert", "--model", model.toString(), "--output", dir.resolve("plain.safetensors").toString())[1];
+        assertTrue(err.contains("loading tiny: 100%"), err);
+        assertTrue(err.indexOf('\r') < 0 && err.indexOf('\u001b') < 0, "no \\r or ESC: " + err.replace("\r", "\\r"));
+    }
+
+    @Test
     void helpReadsWell() {
         String out = run(0, "--help")[0];
         assertTrue(out.contains("generate") && out.contains("convert") && out.contains("info"), out);
