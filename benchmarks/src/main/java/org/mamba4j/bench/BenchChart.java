@@ -27,8 +27,6 @@ import org.knowm.xchart.style.markers.SeriesMarkers;
  *   java -cp benchmarks/target/benchmarks.jar org.mamba4j.bench.BenchChart --out DIR FILE [FILE...]
  * </pre>
  * <ul>
- *   <li>{@code scores.png}: every result of the last file, one bar per benchmark and parameters with its error
- *       (logarithmic axis: the units differ);</li>
  *   <li>{@code relative.png} (two or more files): each later file's time per operation relative to the first
  *       (a baseline), in percent — above 100 is slower — with the combined score error;</li>
  *   <li>{@code gpu-decode.png} (when a file holds {@code GpuDecodeBench} B = 1 graph steps): decode tokens/s against
@@ -53,11 +51,21 @@ public final class BenchChart {
         Files.createDirectories(out);
         List<List<BenchResult>> runs = new ArrayList<>();
         for (Path f : files) runs.add(JmhJson.read(f));
-        save(scores(runs.get(runs.size() - 1), files.get(files.size() - 1)), out.resolve("scores.png"));
-        if (runs.size() > 1) save(relative(runs, files), out.resolve("relative.png"));
+        int written = 0;
+        if (runs.size() > 1) {
+            save(relative(runs, files), out.resolve("relative.png"));
+            written++;
+        }
         for (List<BenchResult> run : runs) {
             XYChart decode = gpuDecode(run);
-            if (decode != null) save(decode, out.resolve("gpu-decode.png"));
+            if (decode != null) {
+                save(decode, out.resolve("gpu-decode.png"));
+                written++;
+            }
+        }
+        if (written == 0) {
+            System.err.println("BenchChart: nothing to draw: give a baseline and a run (relative.png), or GpuDecodeBench results");
+            System.exit(2);
         }
     }
 
@@ -68,22 +76,6 @@ public final class BenchChart {
 
     private static String label(BenchResult r) {
         return r.shortName() + (r.params().isEmpty() ? "" : " " + r.paramString()) + " (" + r.unit() + ")";
-    }
-
-    static CategoryChart scores(List<BenchResult> run, Path file) {
-        CategoryChart chart = new CategoryChartBuilder().width(1000).height(600).title("Benchmark scores: " + file.getFileName())
-                .yAxisTitle("score (unit in the label; logarithmic)").build();
-        chart.getStyler().setYAxisLogarithmic(true).setXAxisLabelRotation(20).setErrorBarsColorSeriesColor(true);
-        chart.getStyler().setLegendVisible(false);
-        List<String> x = new ArrayList<>();
-        List<Double> y = new ArrayList<>(), err = new ArrayList<>();
-        for (BenchResult r : run) {
-            x.add(label(r));
-            y.add(r.score());
-            err.add(Double.isFinite(r.error()) ? Math.min(r.error(), 0.99 * r.score()) : 0.0);
-        }
-        chart.addSeries("score", x, y, err);
-        return chart;
     }
 
     static CategoryChart relative(List<List<BenchResult>> runs, List<Path> files) {

@@ -78,7 +78,13 @@ public final class BenchCompare {
         for (BenchResult r : current) byKey.put(r.key(), r);
         System.out.printf(Locale.ROOT, "baseline %s%ncurrent  %s%nregression = worse by more than %.0f%% of the baseline"
                 + " + both score errors (99.9%%)%n%n", baseFile, curFile, 100 * band);
-        String format = "%-30s %-16s %22s %22s %8s  %s%n";
+        int nameWidth = 9, paramWidth = 6;
+        for (List<BenchResult> list : List.of(baseline, current))
+            for (BenchResult r : list) {
+                nameWidth = Math.max(nameWidth, r.shortName().length());
+                paramWidth = Math.max(paramWidth, r.paramString().length());
+            }
+        String format = "%-" + nameWidth + "s  %-" + paramWidth + "s  %22s  %22s  %8s  %s%n";
         System.out.printf(Locale.ROOT, format, "benchmark", "params", "baseline", "current", "change", "verdict");
         int regressions = 0, missing = 0, faster = 0;
         for (BenchResult b : baseline) {
