@@ -58,6 +58,12 @@ class BenchCompareTest {
     }
 
     @Test
+    void aBaselineIsTheBestOfItsRuns() {
+        List<BenchResult> best = BenchBaseline.best(List.of(List.of(avgt(120, 9), thrpt(900, 1)), List.of(avgt(100, 2), thrpt(800, 1))));
+        assertEquals(List.of(avgt(100, 2), thrpt(900, 1)), best);
+    }
+
+    @Test
     void jsonRoundTripKeepsEverything() throws Exception {
         Path f = dir.resolve("r.json");
         BenchResult r = new BenchResult("org.mamba4j.bench.GpuDecodeBench.step", "avgt", Map.of("model", "130m", "batch", "1"),
