@@ -8,7 +8,7 @@
 #                                                                              of each benchmark as the new baseline
 #
 # KIND names benchmarks/baselines/KIND.json (default cpu-2vcpu: the 2-vCPU CI/developer machine). BAND is the slow-down
-# allowed on top of both runs' 99.9% score errors: default 0.25 here (a quiet machine); CI's quick run uses 1.0.
+# allowed on top of both runs' 99.9% score errors: default 0.25 here (a quiet machine); CI's quick run uses 0.5.
 # Needs benchmarks/target/benchmarks.jar (mvn -q install -DskipTests).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -20,18 +20,19 @@ import org.junit.jupiter.api.io.TempDir;
 class VerboseLoggingTest {
     @TempDir Path dir;
 
-    private String stderrOf(String... args) throws IOException, InterruptedException {
+    private String stderrOf(int exitCode, String... args) throws IOException, InterruptedException {
         List<String> command = new ArrayList<>();
         command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         command.add("--enable-native-access=ALL-UNNAMED");
         for (String key : System.getProperties().stringPropertyNames())
-            if (key.startsWith("org.bytedeco.")) command.add("-D" + key + "=" + System.getProperty(key));  // the natives' cache
+            if (key.startsWith("org.bytedeco.") || key.equals("ENGINE_CACHE_DIR"))  // the natives' caches
+                command.add("-D" + key + "=" + System.getProperty(key));
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), MambaCli.class.getName()));
         command.addAll(List.of(args));
         Path err = dir.resolve("stderr.txt");
         Process p = new ProcessBuilder(command).redirectError(err.toFile()).redirectOutput(dir.resolve("stdout.txt").toFile()).start();
         assertTrue(p.waitFor(60, TimeUnit.SECONDS), "CLI finished");
-        assertEquals(1, p.exitValue(), "no model folder here, so exit 1; stderr: " + Files.readString(err));
+        assertEquals(exitCode, p.exitValue(), "exit code; stderr: " + Files.readString(err));
         return Files.readString(err);
     }
 
@@ -39,14 +40,23 @@ class VerboseLoggingTest {
     void quietByDefaultAndVerboseOnRequest() throws Exception {
         Path model = dir.resolve("missing");
         // `--device best` probes CUDA (and so loads libmamba) before the folder is checked
-        String quiet = stderrOf("convert", "--model", model.toString(), "--output", "x", "--device", "best");
+        String quiet = stderrOf(1, "convert", "--model", model.toString(), "--output", "x", "--device", "best");
         assertEquals(1, quiet.strip().lines().count(), "one line: " + quiet);
         assertFalse(quiet.contains("SLF4J"), quiet);
-        String verbose = stderrOf("convert", "--verbose", "--model", model.toString(), "--output", "x", "--device", "best");
+        String verbose = stderrOf(1, "convert", "--verbose", "--model", model.toString(), "--output", "x", "--device", "best");
         assertTrue(verbose.contains("[DEBUG] org.mamba4j.Native - loading libmamba for linux-x86_64"), verbose);
         assertTrue(verbose.contains("[DEBUG] org.mamba4j.Native - loaded "), verbose);
         assertTrue(verbose.contains("[DEBUG] org.mamba4j.Device - best device: ") || verbose.contains("[DEBUG] org.mamba4j.Device - cuda:0 is "),
                 verbose);
         assertFalse(verbose.contains("SLF4J"), verbose);
+    }
+
+    @Test
+    void generatingPrintsNoWarnings() throws Exception {
+        // the tokenizer's library (DJL) probes for CUDA and would warn on machines without a driver
+        Path folder = TinyModelFolder.write(dir.resolve("tiny-tok"), true);
+        String err = stderrOf(0, "generate", "--model", folder.toString(), "--prompt", "hello", "-n", "3");
+        assertFalse(err.contains("WARN") || err.contains("SLF4J"), err);
+        assertTrue(err.contains("loading tiny-tok: 100%"), err);
     }
 }
