@@ -74,15 +74,16 @@ public final class BenchChart {
         System.out.println("wrote " + file);
     }
 
+    /** The benchmark and its parameter values (not names, to keep the axis readable). */
     private static String label(BenchResult r) {
-        return r.shortName() + (r.params().isEmpty() ? "" : " " + r.paramString()) + " (" + r.unit() + ")";
+        return r.shortName() + (r.params().isEmpty() ? "" : " " + String.join("/", r.params().values()));
     }
 
     static CategoryChart relative(List<List<BenchResult>> runs, List<Path> files) {
-        CategoryChart chart = new CategoryChartBuilder().width(1000).height(600)
+        CategoryChart chart = new CategoryChartBuilder().width(1000).height(650)
                 .title("Time per operation relative to " + files.get(0).getFileName() + " (100% = same; above = slower)")
-                .yAxisTitle("% of baseline").build();
-        chart.getStyler().setXAxisLabelRotation(20).setErrorBarsColorSeriesColor(true);
+                .yAxisTitle("% of baseline (error bars: both runs' 99.9% errors)").build();
+        chart.getStyler().setXAxisLabelRotation(15).setErrorBarsColorSeriesColor(true).setYAxisMin(0.0);
         chart.getStyler().setLegendPosition(Styler.LegendPosition.OutsideS).setLegendLayout(Styler.LegendLayout.Horizontal);
         Map<String, BenchResult> base = new LinkedHashMap<>();
         for (BenchResult r : runs.get(0)) base.put(r.key(), r);
