@@ -57,10 +57,14 @@ else
   CU_SOURCES=
 fi
 
-# Compile in parallel, one job per core.
+# Compile in parallel, one job per core; one line per file, so a quiet Maven build (-q) still shows progress.
 JOBS=$(nproc 2>/dev/null || echo 2)
+START=$(date +%s)
+N_CPP=$(printf '%s\n' $CPP_SOURCES | grep -c . || true); N_CU=$(printf '%s\n' $CU_SOURCES | grep -c . || true)
+echo "cppbuild.sh: compiling libmamba: $N_CPP C++ files${NVCC:+ and $N_CU CUDA files (nvcc, the slow part)} on $JOBS cores"
 compile() {  # compile SOURCE
   local s=$1 o="$OBJ/$(echo "${1#$SRC/src/}" | tr / _).o"
+  echo "cppbuild.sh:   ${1#$SRC/src/}"
   case $s in
     *.cu|*/cuda/*.cpp) "$NVCC" $NVFLAGS -I"$SRC/include" -I"$SRC/src" -c "$s" -o "$o" ;;
     *) g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$OPENBLAS/include" -c "$s" -o "$o" ;;
@@ -78,6 +82,7 @@ else
   g++ -shared -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
 fi
 mv -f "$OBJ/libmamba.so" "$LIB"
+echo "cppbuild.sh: linked $LIB; compiling the op test (kernels/test/ops)"
 
 # The backend-ops test (kernels/test/ops, run by Maven's test phase): linked from the library's objects, not
 # the .so, whose -fvisibility=hidden keeps the backends' symbols out of reach; OpenBLAS found by rpath.
@@ -96,4 +101,4 @@ cp -r "$SRC/include/mamba" "$PREFIX/include/"
 # The preset inherits openblas_nolapack, whose link name the JNI link must resolve (see docs/architecture.md).
 ln -sf "$OPENBLAS/libopenblas.so.0" "$PREFIX/linkonly/libopenblas_nolapack.so"
 echo "$STAMP" > "$PREFIX/.flags"
-echo "cppbuild.sh: built $LIB and $PREFIX/bin/op_test (${NVCC:+with CUDA}${NVCC:-CPU only})"
+echo "cppbuild.sh: built $LIB and $PREFIX/bin/op_test ($([ -n "$NVCC" ] && echo "with CUDA" || echo "CPU only")) in $(( $(date +%s) - START )) s"

@@ -13,7 +13,7 @@ for step in $steps; do
     hf) python3 scripts/hf_reference.py "$MAMBA4J_HF_MODELS" 2>&1 | tee "$OUT/hf_reference.log" ;;
     kernels) [ -x .cudatest/kernel_test ] && .cudatest/kernel_test 2>&1 | tee "$OUT/kernel_test.log" ;;
     tests) bash .device/run.sh tests --include-tag gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE '^\s+at ' | tail -80 ;;
-    bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench 2>&1 | tee "$OUT/decode_bench.log"
+    bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log"
            bash .device/run.sh main org.mamba4j.bench.GpuGenerateBench 2>&1 | tee "$OUT/generate_bench.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

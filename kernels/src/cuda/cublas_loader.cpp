@@ -46,8 +46,11 @@ CublasApi load() {
         errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
     }
     if (!lib)
-        throw std::runtime_error("the CUDA backend needs cuBLAS 12 or 13 (libcublas.so.13 or libcublas.so.12 on the "
-                                 "loader path) and found neither: " + errors);
+        throw std::runtime_error(
+            "cuBLAS was not found: the CUDA backend loads libcublas.so.13 or libcublas.so.12 at run time (" + errors +
+            "). Fix: install cuBLAS (the CUDA toolkit, or NVIDIA's libcublas-13-0 package) and put its lib folder on "
+            "LD_LIBRARY_PATH, or add org.bytedeco:cuda with classifier linux-x86_64-redist and call "
+            "Loader.load(org.bytedeco.cuda.global.cublas.class) before using the GPU (docs/getting-started.md, 'GPU')");
     bind(lib, api.library, "cublasCreate_v2", api.create);
     bind(lib, api.library, "cublasDestroy_v2", api.destroy);
     bind(lib, api.library, "cublasSetStream_v2", api.setStream);

@@ -7,6 +7,7 @@
 #include "mamba/mamba.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <memory>
 #include <mutex>
@@ -28,8 +29,23 @@ const Probe& probe() {
         int n = 0;
         cudaError_t e = cudaGetDeviceCount(&n);
         if (e != cudaSuccess) {
-            p.reason = std::string("CUDA runtime: ") + cudaGetErrorString(e);
             cudaGetLastError();  // clear the sticky-free error so later calls start clean
+            // The runtime reports a missing driver as "driver version is insufficient"; say what it is.
+            void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+            if (!driver) {
+                const char* why = dlerror();
+                p.reason = std::string("no NVIDIA driver was found (") + (why ? why : "libcuda.so.1 not found") +
+                           "); install the NVIDIA driver to use a GPU, or run on the CPU";
+                return;
+            }
+            dlclose(driver);
+            p.reason = std::string("CUDA runtime: ") + cudaGetErrorString(e);
+            int version = 0;
+            if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&version) == cudaSuccess && version > 0)
+                p.reason += " (the NVIDIA driver supports CUDA " + std::to_string(version / 1000) + "." +
+                            std::to_string(version % 1000 / 10) + ", this libmamba was built with CUDA " +
+                            std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+                            "; update the driver)";
             return;
         }
         p.count = n;

@@ -7,6 +7,7 @@ import org.mamba4j.nativ.global.libmamba;
  * immutable values; {@link #cuda(int)} checks that the GPU exists.
  */
 public final class Device {
+    private static final System.Logger LOG = System.getLogger(Device.class.getName());
     private static final Device CPU = new Device(-1);
     private final int ordinal;
 
@@ -29,12 +30,17 @@ public final class Device {
         if (n == 0) throw new DeviceUnavailableException("no CUDA device: " + cudaUnavailableReason());
         if (ordinal < 0 || ordinal >= n)
             throw new DeviceUnavailableException("no CUDA device " + ordinal + ": " + n + " present");
-        return new Device(ordinal);
+        Device d = new Device(ordinal);
+        LOG.log(System.Logger.Level.DEBUG, () -> "cuda:" + ordinal + " is " + d.name() + " (" + (d.totalMemory() >> 20)
+                + " MiB; " + n + " CUDA device(s) present)");
+        return d;
     }
 
     /** The first CUDA device if there is one, else the CPU. */
     public static Device best() {
-        return cudaCount() > 0 ? cuda(0) : CPU;
+        if (cudaCount() > 0) return cuda(0);
+        LOG.log(System.Logger.Level.DEBUG, () -> "best device: cpu (no CUDA device: " + cudaUnavailableReason() + ")");
+        return CPU;
     }
 
     /** Number of usable CUDA devices; 0 without a driver, a GPU, or CUDA support in this build. */

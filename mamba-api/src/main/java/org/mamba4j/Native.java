@@ -8,6 +8,7 @@ import org.mamba4j.nativ.global.libmamba;
  * {@code org.mamba4j.nativ} are not part of the public API; calls into them go through {@link NativeGuard}.
  */
 final class Native {
+    private static final System.Logger LOG = System.getLogger(Native.class.getName());
     private static volatile boolean loaded;
 
     private Native() {}
@@ -17,12 +18,19 @@ final class Native {
         if (loaded) return;
         synchronized (Native.class) {
             if (loaded) return;
+            long start = System.nanoTime();
+            LOG.log(System.Logger.Level.DEBUG, () -> "loading libmamba for " + Loader.getPlatform() + " (JavaCPP cache: "
+                    + System.getProperty("org.bytedeco.javacpp.cachedir", "~/.javacpp/cache") + ")");
+            String path;
             try {
-                Loader.load(libmamba.class);
+                path = Loader.load(libmamba.class);
             } catch (UnsatisfiedLinkError e) {
+                LOG.log(System.Logger.Level.DEBUG, "loading libmamba failed", e);
                 throw new MambaException("could not load libmamba for " + Loader.getPlatform()
-                        + " (is mamba-presets-<version>-linux-x86_64.jar on the class path?): " + e.getMessage(), e);
+                        + " (is mamba-presets-<version>-linux-x86_64.jar on the class path? mamba4j-platform brings it): "
+                        + e.getMessage(), e);
             }
+            LOG.log(System.Logger.Level.DEBUG, () -> String.format("loaded %s in %.0f ms", path, (System.nanoTime() - start) / 1e6));
             loaded = true;
         }
     }

@@ -7,8 +7,9 @@ import java.nio.FloatBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Arrays;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
@@ -21,8 +22,12 @@ import org.mamba4j.MambaState;
  * Decode and prefill speed of Mamba-1 on a CUDA device, against the HBM floor. Prints markdown tables.
  *
  * <pre>
- *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--mode DETERMINISTIC|CUBLAS_FAST|CUBLAS_PEDANTIC] [--out FILE]
+ *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--mode DETERMINISTIC|CUBLAS_FAST|CUBLAS_PEDANTIC] [--out FILE] [--json FILE]
  * </pre>
+ *
+ * <p>{@code --json FILE} also writes every timing in JMH's JSON format (median µs per step with a 99.9% error, see
+ * {@link Timing}; secondary metric {@code floor} = the floor in µs), for {@link BenchCompare} against
+ * {@code benchmarks/baselines/nvidia-h200.json} and for {@link BenchChart}.
  *
  * <p>Models are language models with random seeded weights in the shapes of the public checkpoints —
  * 130m, 370m, 1.4b, 2.8b: d_model 768/1024/2048/2560 with 24/48/48/64 layers, d_state 16, expand 2,
@@ -54,17 +59,19 @@ public final class GpuDecodeBench {
     private final List<String> memoryRows = new ArrayList<>();
     /** Every model's GemmMode (--mode; default the models' default, CUBLAS_FAST). */
     private static GemmMode mode = GemmMode.CUBLAS_FAST;
+    private final List<BenchResult> results = new ArrayList<>();
 
     private GpuDecodeBench(boolean quick) {
         this.quick = quick;
     }
 
     public static void main(String[] args) throws IOException {
-        Path outFile = null;
+        Path outFile = null, jsonFile = null;
         boolean quick = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--out" -> outFile = Path.of(args[++i]);
+                case "--json" -> jsonFile = Path.of(args[++i]);
                 case "--quick" -> quick = true;
                 case "--mode" -> mode = GemmMode.valueOf(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
@@ -77,6 +84,15 @@ public final class GpuDecodeBench {
         GpuDecodeBench b = new GpuDecodeBench(quick);
         b.run();
         if (outFile != null) Files.writeString(outFile, b.out.toString());
+        if (jsonFile != null) JmhJson.write(jsonFile, b.results);
+    }
+
+    /** Records one timing for --json: benchmark GpuDecodeBench.NAME with these parameters, µs per operation. */
+    private void record(String name, Timing t, double floorUs, String... params) {
+        Map<String, String> p = new LinkedHashMap<>();
+        for (int i = 0; i < params.length; i += 2) p.put(params[i], params[i + 1]);
+        Map<String, Double> secondary = floorUs > 0 ? Map.of("floor", floorUs) : Map.of();
+        results.add(new BenchResult(GpuDecodeBench.class.getName() + "." + name, "avgt", p, t.median(), t.error(), "us/op", secondary));
     }
 
     private void print(String s) {
@@ -114,13 +130,8 @@ public final class GpuDecodeBench {
         return ids;
     }
 
-    private static double median(double[] t) {
-        Arrays.sort(t);
-        return t[t.length / 2];
-    }
-
-    /** Median microseconds of one backbone step over n timed steps after warm-up. */
-    private static double stepUs(MambaModel m, MambaState s, FloatBuffer x, FloatBuffer y, int warm, int n) {
+    /** Microseconds of one backbone step over n timed steps after warm-up (median and its error). */
+    private static Timing stepUs(MambaModel m, MambaState s, FloatBuffer x, FloatBuffer y, int warm, int n) {
         for (int i = 0; i < warm; i++) m.step(s, x, y);
         double[] t = new double[n];
         for (int i = 0; i < n; i++) {
@@ -128,11 +139,11 @@ public final class GpuDecodeBench {
             m.step(s, x, y);
             t[i] = (System.nanoTime() - t0) / 1e3;
         }
-        return median(t);
+        return Timing.of(t);
     }
 
-    /** Median microseconds of one LM step (token ids in, logits out). */
-    private double lmStepUs(MambaModel m, MambaState s, int warm, int n) {
+    /** Microseconds of one LM step (token ids in, logits out; median and its error). */
+    private Timing lmStepUs(MambaModel m, MambaState s, int warm, int n) {
         int B = s.batch();
         float[] logits = new float[B * VOCAB];
         int[][] ids = new int[8][];
@@ -144,7 +155,7 @@ public final class GpuDecodeBench {
             m.stepTokens(s, ids[i % 8], logits);
             t[i] = (System.nanoTime() - t0) / 1e3;
         }
-        return median(t);
+        return Timing.of(t);
     }
 
     private void run() {
@@ -174,9 +185,13 @@ public final class GpuDecodeBench {
                         m.setCudaGraphs(graphs);
                         try (MambaState s = m.newState(1)) {
                             FloatBuffer x = direct(shape.dModel), y = direct(shape.dModel);
-                            double us = stepUs(m, s, x, y, 20, n);
+                            Timing backbone = stepUs(m, s, x, y, 20, n);
                             s.reset();
-                            double lm = lmStepUs(m, s, 20, n);
+                            Timing lmTiming = lmStepUs(m, s, 20, n);
+                            double us = backbone.median(), lm = lmTiming.median();
+                            String g = graphs ? "on" : "off";
+                            record("step", backbone, bytes / HBM * 1e6, "model", shape.name, "dtype", dt.name(), "graphs", g, "batch", "1");
+                            record("stepTokens", lmTiming, lmBytes / HBM * 1e6, "model", shape.name, "dtype", dt.name(), "graphs", g, "batch", "1");
                             print(String.format("| %s | %s | %s | %.0f | %.1f | %.0f | %.1f%% | %.0f | %.1f | %.0f | %.1f%% |",
                                     shape.name, dt, graphs ? "on" : "off", bytes / 1e6, us, 1e6 / us,
                                     100 * bytes / HBM * 1e6 / us, lmBytes / 1e6, lm, 1e6 / lm,
@@ -187,9 +202,13 @@ public final class GpuDecodeBench {
                     for (int batch : new int[] {16, 64}) {
                         try (MambaState s = m.newState(batch)) {
                             FloatBuffer x = direct(batch * shape.dModel), y = direct(batch * shape.dModel);
-                            double us = stepUs(m, s, x, y, 10, quick ? 20 : 60);
+                            Timing backbone = stepUs(m, s, x, y, 10, quick ? 20 : 60);
                             s.reset();
-                            double lm = lmStepUs(m, s, 5, quick ? 10 : 30);
+                            Timing lmTiming = lmStepUs(m, s, 5, quick ? 10 : 30);
+                            double us = backbone.median(), lm = lmTiming.median();
+                            String b = Integer.toString(batch);
+                            record("step", backbone, bytes / HBM * 1e6, "model", shape.name, "dtype", dt.name(), "graphs", "on", "batch", b);
+                            record("stepTokens", lmTiming, 0, "model", shape.name, "dtype", dt.name(), "graphs", "on", "batch", b);
                             batchRows.add(String.format("| %s | %s | %d | %.1f | %.0f | %.1f%% | %.1f | %.0f |", shape.name,
                                     dt, batch, us, batch * 1e6 / us, 100 * bytes / HBM * 1e6 / us, lm, batch * 1e6 / lm));
                         }
@@ -236,7 +255,10 @@ public final class GpuDecodeBench {
                     m.prefillTokens(s, ids, T, logits);
                     t[r] = (System.nanoTime() - t0) / 1e6;
                 }
-                double ms = median(t);
+                Timing timing = Timing.of(t);
+                double ms = timing.median();
+                record("prefillTokens", new Timing(ms * 1e3, timing.error() * 1e3, reps), 0, "model", shape.name, "dtype", dt.name(),
+                        "T", Integer.toString(T));
                 prefillRows.add(String.format("| %s | %d | %.2f | %.0f |", dt, T, ms, T / ms * 1e3));
             }
         }

@@ -11,7 +11,7 @@ import picocli.CommandLine.Spec;
 import picocli.CommandLine.Model.CommandSpec;
 
 /** {@code mamba4j convert}: HuggingFace folder → one mamba4j safetensors checkpoint (f32, config in metadata). */
-@Command(name = "convert", mixinStandardHelpOptions = true,
+@Command(name = "convert", mixinStandardHelpOptions = true, versionProvider = Version.class,
         description = "Convert a HuggingFace Mamba folder into a single mamba4j checkpoint (loadable with MambaModel.load).")
 final class ConvertCommand implements Callable<Integer> {
     @Spec CommandSpec spec;

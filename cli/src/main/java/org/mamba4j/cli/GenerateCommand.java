@@ -12,7 +12,7 @@ import picocli.CommandLine.Spec;
 import picocli.CommandLine.Model.CommandSpec;
 
 /** {@code mamba4j generate}: streams generated text to stdout as it is produced. */
-@Command(name = "generate", mixinStandardHelpOptions = true,
+@Command(name = "generate", mixinStandardHelpOptions = true, versionProvider = Version.class,
         description = "Generate text from a prompt, streaming it as it is produced.")
 final class GenerateCommand implements Callable<Integer> {
     @Spec CommandSpec spec;

@@ -11,7 +11,7 @@ import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Spec;
 
 /** {@code mamba4j info}: what a model folder holds, without loading the weights. */
-@Command(name = "info", mixinStandardHelpOptions = true, description = "Describe a model folder (reads config.json only).")
+@Command(name = "info", mixinStandardHelpOptions = true, versionProvider = Version.class, description = "Describe a model folder (reads config.json only).")
 final class InfoCommand implements Callable<Integer> {
     @Spec CommandSpec spec;
 
@@ -20,7 +20,7 @@ final class InfoCommand implements Callable<Integer> {
 
     @Override
     public Integer call() {
-        HfMambaConfig c = HfMambaConfig.read(model);
+        HfMambaConfig c = HfMambaConfig.read(ModelFolder.require(model));
         PrintWriter out = spec.commandLine().getOut();
         long D = c.dModel(), E = c.dInner(), N = c.dState(), R = c.dtRank(), K = c.dConv();
         // norm + in_proj + conv (w, b) + x_proj + dt_proj (w, b) + A_log + D + out_proj

@@ -3,6 +3,8 @@ package org.mamba4j.cli;
 import java.io.PrintWriter;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.ScopeType;
 
 /**
  * {@code mamba4j} — run Mamba language models from the command line.
@@ -12,9 +14,16 @@ import picocli.CommandLine.Command;
         description = "Mamba state-space language models on the CPU or an NVIDIA GPU.",
         subcommands = {GenerateCommand.class, InfoCommand.class, ConvertCommand.class, CommandLine.HelpCommand.class})
 public final class MambaCli {
+    // Read before parsing (Logging.verboseRequested): logging is configured before anything logs. Declared here so
+    // that every command accepts it and lists it in --help.
+    @Option(names = {"-v", "--verbose"}, scope = ScopeType.INHERIT,
+            description = "Debug logging on stderr: native library loading and device selection")
+    boolean verbose;
+
     private MambaCli() {}
 
     public static void main(String[] args) {
+        Logging.configure(Logging.verboseRequested(args));
         System.exit(run(args, new PrintWriter(System.out, true), new PrintWriter(System.err, true)));
     }
 

@@ -53,8 +53,11 @@ final class ModelOptions {
 
     /** Loads the model with a progress bar on stderr. */
     MambaLM load(PrintWriter err) {
+        Device device = device();
+        DType dtype = dtype();
+        ModelFolder.require(model);
         ProgressBar bar = new ProgressBar(err, "loading " + model.getFileName());
-        MambaLM lm = MambaLM.fromPretrained(model, device(), dtype(), (tensor, done, total) -> bar.update(done, total));
+        MambaLM lm = MambaLM.fromPretrained(model, device, dtype, (tensor, done, total) -> bar.update(done, total));
         bar.finish();
         return lm;
     }

@@ -40,13 +40,14 @@ import picocli.CommandLine.Option;
  * Harder settings train too, just longer: {@code --length 128 --tokens 16 --symbols 16} (the paper's 16
  * tokens and 16 symbols) was at 76% after 2000 steps (~2 minutes).
  *
- * <p>Output: a progress bar on stderr, a loss/accuracy line every {@code --log-every} steps, then the model
- * ({@code --out}) and its head ({@code <out>.head.safetensors}) are saved, loaded back, and evaluated with
+ * <p>Output: a progress bar on stderr (on a terminal only), a loss/accuracy line every {@code --log-every} steps, then
+ * the model ({@code --out}) and its head ({@code <out>.head.safetensors}) are saved, the training curve (loss and
+ * accuracy against the step) is drawn into {@code --chart} (a PNG), and the model is loaded back and evaluated with
  * the plain inference API on fresh data; the last line is {@code final accuracy: NN.N%}.
  *
  * <p>It trains on a GPU when {@link Device#best()} finds one with a training path, else on the CPU.
  */
-@Command(name = "selective-copying", mixinStandardHelpOptions = true,
+@Command(name = "selective-copying", mixinStandardHelpOptions = true, versionProvider = SampleVersion.class,
         description = "Train a small Mamba-1 on the selective copying task and save it.")
 public final class SelectiveCopying implements Callable<Integer> {
     @Option(names = "--length", description = "Body length (positions before the markers), default ${DEFAULT-VALUE}.")
@@ -75,10 +76,14 @@ public final class SelectiveCopying implements Callable<Integer> {
     long seed = 1;
     @Option(names = "--out", description = "Where to save the model, default ${DEFAULT-VALUE}.")
     Path out = Path.of("selective-copying.safetensors");
+    @Option(names = "--chart", description = "Where to draw the training curve (PNG; 'none' for no chart), default ${DEFAULT-VALUE}.")
+    String chart = "selective-copying.png";
 
     private int blank, marker, inWidth, seqLen;
 
     public static void main(String[] args) {
+        // JavaCPP logs through SLF4J like the rest (the samples ship slf4j-simple: warnings and errors only)
+        if (System.getProperty("org.bytedeco.javacpp.logger") == null) System.setProperty("org.bytedeco.javacpp.logger", "slf4j");
         int code = new CommandLine(new SelectiveCopying()).execute(args);
         if (code != 0) System.exit(code);
     }
@@ -108,6 +113,8 @@ public final class SelectiveCopying implements Callable<Integer> {
                     + " (%,d weights) on %s; batch %d x %d steps%n", length, tokens, symbols, dModel, layers,
                     model.parameterCount() + (long) symbols * (dModel + 1), device.name(), batch, seqLen);
             Progress bar = new Progress(steps);
+            TrainingCurve curve = new TrainingCurve(String.format(Locale.ROOT,
+                    "Selective copying: Mamba-1 d_model %d x %d layers, %d tokens in %d positions, %s", dModel, layers, tokens, length, device));
             double lossAvg = Double.NaN, accAvg = Double.NaN;
             int step = 0;
             for (step = 1; step <= steps; step++) {
@@ -115,10 +122,12 @@ public final class SelectiveCopying implements Callable<Integer> {
                 StepResult r = trainer.stepCrossEntropy(x, y);
                 lossAvg = Double.isNaN(lossAvg) ? r.loss() : 0.95 * lossAvg + 0.05 * r.loss();
                 accAvg = Double.isNaN(accAvg) ? r.accuracy() : 0.95 * accAvg + 0.05 * r.accuracy();
+                curve.train(step, lossAvg, accAvg);
                 bar.update(step, String.format(Locale.ROOT, "loss %.4f acc %5.1f%%", lossAvg, 100 * accAvg));
                 if (step % logEvery == 0 || step == steps) {
                     fill(data, x, y);
                     StepResult e = trainer.evaluateCrossEntropy(x, y);
+                    curve.eval(step, e.loss(), e.accuracy());
                     bar.clear();
                     System.out.printf(Locale.ROOT, "step %5d  train loss %.4f  eval loss %.4f  eval accuracy %5.1f%%  lr %.2e  %.1fs%n",
                             step, lossAvg, e.loss(), 100 * e.accuracy(), r.learningRate(), (System.nanoTime() - t0) / 1e9);
@@ -133,6 +142,10 @@ public final class SelectiveCopying implements Callable<Integer> {
             trainer.head().save(headFile);
             System.out.printf(Locale.ROOT, "trained %d steps in %.1fs (%.1f ms/step); saved %s and %s%n", Math.min(step, steps),
                     trainSeconds, 1e3 * trainSeconds / Math.min(step, steps), out, headFile);
+            if (!chart.equals("none")) {
+                curve.writePng(Path.of(chart));
+                System.out.printf(Locale.ROOT, "training curve: %s%n", chart);
+            }
         }
         // Load both files back and measure with the inference API on fresh data.
         double accuracy;
@@ -201,8 +214,12 @@ public final class SelectiveCopying implements Callable<Integer> {
         return model.resolveSibling(base + ".head.safetensors");
     }
 
-    /** A one-line progress bar on stderr, redrawn at most 10 times a second. */
+    /**
+     * A one-line progress bar on stderr, redrawn at most 10 times a second — only on a terminal: redirected or piped
+     * output gets no carriage returns or escape sequences (the evaluation lines on stdout show the progress).
+     */
     private static final class Progress {
+        private final boolean enabled = Terminal.stderrIsInteractive();
         private final int total;
         private final long start = System.nanoTime();
         private long lastDraw;
@@ -213,6 +230,7 @@ public final class SelectiveCopying implements Callable<Integer> {
         }
 
         void update(int done, String status) {
+            if (!enabled) return;
             long now = System.nanoTime();
             if (now - lastDraw < 100_000_000L && done != total) return;
             lastDraw = now;

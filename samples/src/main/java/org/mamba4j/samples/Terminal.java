@@ -1,0 +1,29 @@
+package org.mamba4j.samples;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+
+/**
+ * Whether stderr is an interactive terminal, so progress can be redrawn in place. False when the JVM has no console
+ * (input or output redirected) or when stderr itself goes to a file or a pipe (read from /proc on Linux). The CLI has
+ * the same check (org.mamba4j.cli.Terminal); the samples do not depend on the CLI.
+ */
+final class Terminal {
+    private static final boolean INTERACTIVE = detect();
+
+    private Terminal() {}
+
+    static boolean stderrIsInteractive() {
+        return INTERACTIVE;
+    }
+
+    private static boolean detect() {
+        if (System.console() == null || "dumb".equals(System.getenv("TERM"))) return false;
+        try {
+            String target = Files.readSymbolicLink(Path.of("/proc/self/fd/2")).toString();
+            return target.startsWith("/dev/pts/") || target.startsWith("/dev/tty");
+        } catch (Exception e) {
+            return true;  // no /proc: trust the console
+        }
+    }
+}
