@@ -75,6 +75,7 @@ public final class MambaModel implements AutoCloseable {
             guard.close();
             throw e;
         }
+        guard.watch(this);
     }
 
     /** A builder for a model of this configuration (any architecture; {@link Mamba1Config} for Mamba-1). */
@@ -328,8 +329,12 @@ public final class MambaModel implements AutoCloseable {
 
     /**
      * Frees the weights; waits for a call in progress. States and trainers of this model must not be used
-     * afterwards (they throw {@link IllegalStateException}), but closing them still frees their memory.
-     * Idempotent and thread-safe.
+     * afterwards (they throw {@link IllegalStateException}), but closing them still frees their memory. While a
+     * trainer of this model is open, the weights are freed when that trainer is closed (the trainer's native
+     * memory refers to them). Idempotent and thread-safe.
+     *
+     * <p>Always close a model (try-with-resources): a model dropped without it is freed only after a garbage
+     * collection finds it unreachable, at no predictable time, and native memory does not prompt collections.
      */
     @Override
     public void close() {
