@@ -31,7 +31,8 @@ final class CheckpointChecksum {
     static String of(Map<String, String> metadata, Map<String, long[]> shapes, Map<String, float[]> data) {
         CRC32C crc = new CRC32C();
         header(crc, metadata);
-        for (String name : new TreeMap<>(data).keySet()) tensor(crc, name, StoredDType.F32, shapes.get(name), data.get(name));
+        ByteBuffer chunk = chunk(data.values());
+        for (String name : new TreeMap<>(data).keySet()) tensor(crc, chunk, name, StoredDType.F32, shapes.get(name), data.get(name));
         return String.format("%s%08x", PREFIX, crc.getValue());
     }
 
@@ -53,10 +54,11 @@ final class CheckpointChecksum {
             throw new CheckpointException(where + ": malformed checksum '" + stored + "': the file is corrupt");
         CRC32C crc = new CRC32C();
         header(crc, f.metadata());
+        ByteBuffer chunk = chunk(values.values());
         for (TensorInfo t : new TreeMap<>(byName(f)).values()) {
             float[] v = values.get(t.name());
             if (v == null) throw new IllegalStateException("tensor '" + t.name() + "' was not read");
-            tensor(crc, t.name(), t.dtype(), t.shape(), v);
+            tensor(crc, chunk, t.name(), t.dtype(), t.shape(), v);
         }
         String actual = String.format("%s%08x", PREFIX, crc.getValue());
         if (!actual.equals(stored))
@@ -78,7 +80,14 @@ final class CheckpointChecksum {
         }
     }
 
-    private static void tensor(CRC32C crc, String name, StoredDType dtype, long[] shape, float[] v) {
+    /** One conversion buffer for a whole file: no larger than its largest tensor, at most 64 KiB. */
+    private static ByteBuffer chunk(Iterable<float[]> tensors) {
+        int most = 1;
+        for (float[] v : tensors) most = Math.max(most, Math.min(v.length, 16 << 10));
+        return ByteBuffer.allocate(4 * most).order(ByteOrder.LITTLE_ENDIAN);
+    }
+
+    private static void tensor(CRC32C crc, ByteBuffer chunk, String name, StoredDType dtype, long[] shape, float[] v) {
         string(crc, name);
         string(crc, dtype.safetensorsName());
         ByteBuffer b = ByteBuffer.allocate(8 * (shape.length + 1)).order(ByteOrder.LITTLE_ENDIAN);
@@ -86,7 +95,6 @@ final class CheckpointChecksum {
         for (long d : shape) b.putLong(d);
         crc.update(b.flip());
         // the values as F32 little-endian: exactly the bytes of an F32 tensor, which is what mamba4j writes
-        ByteBuffer chunk = ByteBuffer.allocate(64 << 10).order(ByteOrder.LITTLE_ENDIAN);
         for (int off = 0; off < v.length; off += chunk.capacity() / 4) {
             int n = Math.min(chunk.capacity() / 4, v.length - off);
             chunk.clear();

@@ -62,7 +62,7 @@ final class Checkpoints {
             Header h = header(f);
             MambaModel.Builder builder = MambaModel.builder(h.config).inputDim(h.inputDim).vocabSize(h.vocabSize)
                     .tieEmbeddings(h.tie).device(device).dtype(dtype);
-            Map<String, float[]> values = readAll(f, h, shapesOf(builder, f));
+            Map<String, float[]> values = readAll(f, h, shapesOf(builder, f, h.config));
             MambaModel model = builder.build();
             try {
                 copyWeights(model, values);
@@ -88,7 +88,12 @@ final class Checkpoints {
     }
 
     /** The parameters a model of the file's settings has, without building it; settings out of range are the file's fault. */
-    private static Map<String, long[]> shapesOf(MambaModel.Builder builder, SafeTensorsFile f) {
+    private static Map<String, long[]> shapesOf(MambaModel.Builder builder, SafeTensorsFile f, ModelConfig config) {
+        // every block has tensors: a file with fewer tensors than blocks cannot be complete, and listing the
+        // parameters of a claimed 1024 blocks would cost megabytes for a file of a few hundred bytes
+        if (config.layers() > f.tensors().size())
+            throw new CheckpointException(f.path() + ": the configuration has " + config.layers() + " blocks but the file holds only "
+                    + f.tensors().size() + " tensors");
         try {
             return builder.parameterShapes();
         } catch (InvalidConfigException e) {
