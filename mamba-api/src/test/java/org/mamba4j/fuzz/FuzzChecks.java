@@ -105,22 +105,31 @@ public final class FuzzChecks {
         // The first inputs of a JVM load classes and natives, on this thread's allocation count and clock: run
         // them once unmeasured, then measure the second run, so every input (the seeds too) is checked.
         if (executions < WARM_UP) run(parse);
-        long allocated0 = THREADS.getCurrentThreadAllocatedBytes();
-        long t0 = System.nanoTime();
-        if (!run(parse)) rejected++;
-        long nanos = System.nanoTime() - t0;
-        long allocated = THREADS.getCurrentThreadAllocatedBytes() - allocated0;
+        long[] m = measure(parse);
         executions++;
-        slowestNanos = Math.max(slowestNanos, nanos);
-        if (allocated > largestAllocation) {
-            largestAllocation = allocated;
+        if (m[2] == 0) rejected++;
+        // An input that takes a new path may load classes or wait for the JIT once: a violation counts only if
+        // it happens again (a size claim that drives an allocation does it every time).
+        if (m[0] > MAX_MILLIS * 1_000_000 || m[1] > 2 * inputBytes + SLACK_BYTES) m = measure(parse);
+        slowestNanos = Math.max(slowestNanos, m[0]);
+        if (m[1] > largestAllocation) {
+            largestAllocation = m[1];
             largestAllocationInput = inputBytes;
         }
-        if (nanos > MAX_MILLIS * 1_000_000)
-            throw new AssertionError("an input of " + inputBytes + " bytes took " + nanos / 1_000_000 + " ms (limit " + MAX_MILLIS + ")");
-        if (allocated > 2 * inputBytes + SLACK_BYTES)
-            throw new AssertionError("an input of " + inputBytes + " bytes made the parser allocate " + allocated
+        if (m[0] > MAX_MILLIS * 1_000_000)
+            throw new AssertionError("an input of " + inputBytes + " bytes took " + m[0] / 1_000_000 + " ms (limit " + MAX_MILLIS + ")");
+        if (m[1] > 2 * inputBytes + SLACK_BYTES)
+            throw new AssertionError("an input of " + inputBytes + " bytes made the parser allocate " + m[1]
                     + " bytes (limit 2 × size + " + SLACK_BYTES + ")");
+    }
+
+    /** One run: {nanoseconds, heap bytes allocated by this thread, 1 if accepted else 0}. */
+    private static long[] measure(Body parse) {
+        long allocated0 = THREADS.getCurrentThreadAllocatedBytes();
+        long t0 = System.nanoTime();
+        boolean accepted = run(parse);
+        long nanos = System.nanoTime() - t0;
+        return new long[] {nanos, THREADS.getCurrentThreadAllocatedBytes() - allocated0, accepted ? 1 : 0};
     }
 
     /** Runs the parser; false when it rejected the input (the one allowed exception). */
@@ -155,7 +164,10 @@ public final class FuzzChecks {
 
     private static Path scratch() {
         try {
-            Path dir = Files.createTempDirectory("mamba4j-fuzz");
+            // in memory where possible: rewriting a file on ext4 flushes it to disk (~2 ms), far more than a parse
+            Path shm = Path.of("/dev/shm");
+            Path dir = Files.isDirectory(shm) && Files.isWritable(shm) ? Files.createTempDirectory(shm, "mamba4j-fuzz")
+                    : Files.createTempDirectory("mamba4j-fuzz");
             Runtime.getRuntime().addShutdownHook(new Thread(() -> delete(dir)));
             return dir;
         } catch (IOException e) {
