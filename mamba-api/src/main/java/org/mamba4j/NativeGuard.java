@@ -225,6 +225,13 @@ final class NativeGuard {
         }
     }
 
+    /** Whether the peer is freed (a closed owner stays unfreed while a pinning dependent is open). */
+    boolean isReleased() {
+        synchronized (monitor) {
+            return released;
+        }
+    }
+
     /** Peers freed so far in this process (by close or by the Cleaner). */
     static long releasedCount() {
         return RELEASED.get();

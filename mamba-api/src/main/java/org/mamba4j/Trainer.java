@@ -470,6 +470,11 @@ public final class Trainer implements AutoCloseable {
 
     // ---- internals ----
 
+    /** This trainer's guard (it shares the model's lock and keeps the model's peer until it is freed). */
+    NativeGuard guard() {
+        return guard;
+    }
+
     /** Per tensor, whether a user's no-decay rule lets weight decay apply; null keeps libmamba's flags. */
     private boolean[] decayFlags(Predicate<String> noDecay) {
         if (noDecay == null) return null;

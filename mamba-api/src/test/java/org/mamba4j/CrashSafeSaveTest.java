@@ -29,18 +29,34 @@ import org.junit.jupiter.api.io.TempDir;
  * whole round of saves; how many kills left a temporary file behind (the kill landed inside a write) is printed.
  *
  * <p>Bounded in time: {@value #KILLS} kills or {@value #BUDGET_SECONDS} s, whichever comes first, and at least
- * {@value #MIN_KILLS} (each kill costs a JVM start, ~0.25 s on a quiet 2-core machine). {@code -Dmamba4j.kills=N}
- * asks for another count (with a proportional time budget).
+ * {@value #MIN_KILLS}. Each kill costs a JVM start with libmamba and a first round of saves, 1.2-2 s on the shared
+ * 2-core machine this was written on, so the build fits 30-50 kills, not 200; the 200-kill run is
+ * {@code -Dmamba4j.kills=200 -Dmamba4j.killSeconds=900} (its figures are in docs/reliability.md). The files live in
+ * {@code /dev/shm} where it exists: a killed process loses nothing the kernel already has, so the saves' fsyncs
+ * (100+ ms each on this VM's disk) add time but no coverage; a power cut, which they are for, is not simulated.
  */
 @Tag("crash")
 class CrashSafeSaveTest {
-    private static final int KILLS = 200, MIN_KILLS = 50, BUDGET_SECONDS = 60;
+    private static final int KILLS = 200, MIN_KILLS = 20, BUDGET_SECONDS = 60;
     private static final String MODEL = "model.safetensors", SNAPSHOT = "snapshot.safetensors", ADAMW = "adamw.safetensors";
 
     @Test
-    void killedSavesLeaveThePreviousFilesIntactAndTheNextSaveCleansUp(@TempDir Path dir) throws Exception {
+    void killedSavesLeaveThePreviousFilesIntactAndTheNextSaveCleansUp(@TempDir Path tmp) throws Exception {
+        Path shm = Path.of("/dev/shm");
+        Path dir = Files.isDirectory(shm) && Files.isWritable(shm) ? Files.createTempDirectory(shm, "mamba4j-kill") : tmp;
+        try {
+            killLoop(dir);
+        } finally {
+            if (!dir.equals(tmp)) try (Stream<Path> files = Files.list(dir)) {
+                for (Path p : (Iterable<Path>) files::iterator) Files.delete(p);
+                Files.delete(dir);
+            }
+        }
+    }
+
+    private void killLoop(Path dir) throws Exception {
         int kills = Integer.getInteger("mamba4j.kills", KILLS);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos((long) BUDGET_SECONDS * kills / KILLS);
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(Integer.getInteger("mamba4j.killSeconds", BUDGET_SECONDS));
         Random rng = new Random(42);
         int done = 0, tempsLeft = 0;
         long roundMicros = 0;
