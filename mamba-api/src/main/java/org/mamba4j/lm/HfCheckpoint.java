@@ -28,6 +28,8 @@ import org.mamba4j.io.TensorInfo;
  */
 final class HfCheckpoint implements AutoCloseable {
     private static final long MAX_INDEX_BYTES = 64L << 20;
+    /** One mapper for every load: a new ObjectMapper costs ~1 MB of allocation, more than a small index. */
+    private static final ObjectMapper INDEX_JSON = new ObjectMapper();
     private final Path dir;
     final HfMambaConfig config;
     private final List<SafeTensorsFile> shards = new ArrayList<>();
@@ -61,7 +63,7 @@ final class HfCheckpoint implements AutoCloseable {
         JsonNode map;
         try {
             if (Files.size(index) > MAX_INDEX_BYTES) throw new CheckpointException(index + " is larger than 64 MiB");
-            JsonNode root = new ObjectMapper().readTree(index.toFile());
+            JsonNode root = INDEX_JSON.readTree(index.toFile());
             map = root == null ? null : root.get("weight_map");
         } catch (IOException e) {
             throw new CheckpointException(index + " is not valid JSON: " + e.getMessage(), e);
@@ -116,9 +118,20 @@ final class HfCheckpoint implements AutoCloseable {
                 .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
         MambaModel.Builder builder = MambaModel.builder(mc).vocabSize(c.paddedVocab()).tieEmbeddings(c.tieEmbeddings())
                 .device(device).dtype(dtype);
-        Map<String, String> plan = plan(builder.parameterShapes());
-        long total = 0;
-        for (String key : plan.values()) total += byName.get(key) == null ? 0 : byName.get(key).get(key).byteSize();
+        Map<String, long[]> want = builder.parameterShapes();
+        Map<String, String> plan = plan(want);
+        long total = 0, storedWeights = 0, needed = 0;
+        for (String key : plan.values()) {
+            if (key == null) continue;
+            total += byName.get(key).get(key).byteSize();
+            storedWeights += byName.get(key).get(key).elementCount();
+        }
+        for (long[] shape : want.values()) needed += product(shape);
+        // Padding (vocabulary rows, an absent conv bias) adds a few zeros to a real checkpoint; a file that would
+        // have the loader invent most of a model (vocab_size 1 padded to 65536 rows) allocates far beyond its size.
+        if (needed > 2 * storedWeights)
+            throw new CheckpointException(dir + ": the checkpoint holds " + storedWeights + " weights for a model of " + needed
+                    + ": padding would have to invent more than half of them");
         MambaModel model = builder.build();
         try {
             long done = 0;
