@@ -23,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
 import org.mamba4j.CheckpointException;
 
@@ -137,6 +138,7 @@ public final class SafeTensors {
         Path tmp = target.resolveSibling(target.getFileName() + TEMP_INFIX
                 + Long.toHexString(ThreadLocalRandom.current().nextLong()));
         boolean moved = false;
+        WRITING.add(tmp);
         try {
             // CREATE_NEW so a leftover or concurrent temp file is never silently reused.
             try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE);
@@ -167,6 +169,7 @@ public final class SafeTensors {
             if (!moved) {
                 deleteTemp(tmp);
             }
+            WRITING.remove(tmp);
         }
         syncDirectory(target.getParent());
     }
@@ -272,6 +275,12 @@ public final class SafeTensors {
     static final String TEMP_INFIX = ".tmp-";
 
     /**
+     * Temp files being written by this JVM. The clean-up never opens these: closing any channel of a file drops
+     * every lock this process holds on it (POSIX), which would unlock a live writer for other processes.
+     */
+    private static final Set<Path> WRITING = ConcurrentHashMap.newKeySet();
+
+    /**
      * Deletes the temporary files that killed writers of {@code target} left behind: siblings named
      * {@code <name>.tmp-<hex>} that nobody holds locked. Best effort: a file it cannot lock or delete stays.
      */
@@ -280,6 +289,7 @@ public final class SafeTensors {
         String prefix = target.getFileName() + TEMP_INFIX;
         try (DirectoryStream<Path> temps = Files.newDirectoryStream(dir, p -> isTempOf(prefix, p.getFileName().toString()))) {
             for (Path t : temps) {
+                if (WRITING.contains(t)) continue;
                 try (FileChannel ch = FileChannel.open(t, StandardOpenOption.WRITE); FileLock free = ch.tryLock()) {
                     if (free != null) Files.deleteIfExists(t);  // locked elsewhere: a write in progress in another process
                 } catch (OverlappingFileLockException | IOException inUse) {
