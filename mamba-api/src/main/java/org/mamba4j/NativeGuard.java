@@ -35,7 +35,7 @@ import java.util.function.Supplier;
 final class NativeGuard {
     private static final AtomicLong SEQUENCE = new AtomicLong();
     private static final Cleaner CLEANER = Cleaner.create();
-    /** Peers freed, and of those the ones freed by the Cleaner: for tests that watch the safety net. */
+    /** Peers freed, and objects the Cleaner closed (dropped without close): for tests that watch the safety net. */
     private static final AtomicLong RELEASED = new AtomicLong(), COLLECTED = new AtomicLong();
 
     /** A lock with a global rank, so that several are always taken in the same order. */

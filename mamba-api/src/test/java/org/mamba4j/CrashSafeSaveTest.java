@@ -30,14 +30,14 @@ import org.junit.jupiter.api.io.TempDir;
  *
  * <p>Bounded in time: {@value #KILLS} kills or {@value #BUDGET_SECONDS} s, whichever comes first, and at least
  * {@value #MIN_KILLS}. Each kill costs a JVM start with libmamba and a first round of saves, 1.2-2 s on the shared
- * 2-core machine this was written on, so the build fits 30-50 kills, not 200; the 200-kill run is
+ * 2-core machine this was written on, so the build fits 20-40 kills, not 200; the 200-kill run is
  * {@code -Dmamba4j.kills=200 -Dmamba4j.killSeconds=900} (its figures are in docs/reliability.md). The files live in
  * {@code /dev/shm} where it exists: a killed process loses nothing the kernel already has, so the saves' fsyncs
  * (100+ ms each on this VM's disk) add time but no coverage; a power cut, which they are for, is not simulated.
  */
 @Tag("crash")
 class CrashSafeSaveTest {
-    private static final int KILLS = 200, MIN_KILLS = 20, BUDGET_SECONDS = 60;
+    private static final int KILLS = 200, MIN_KILLS = 20, BUDGET_SECONDS = 45;
     private static final String MODEL = "model.safetensors", SNAPSHOT = "snapshot.safetensors", ADAMW = "adamw.safetensors";
 
     @Test
@@ -65,8 +65,8 @@ class CrashSafeSaveTest {
             try {
                 BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8));
                 String ready = out.readLine();  // the child saved all three files once: any leftover is gone
-                if (ready == null || !ready.startsWith("ready "))
-                    fail("child " + done + " did not start: " + ready + "\n" + drain(out));
+                while (ready != null && !ready.startsWith("ready ")) ready = out.readLine();  // skip any library chatter
+                if (ready == null) fail("child " + done + " did not start (exit " + child.waitFor() + ")");
                 roundMicros = Long.parseLong(ready.substring(6));
                 assertEquals(List.of(), temps(dir), "temporary files left after the next save (child " + done + ")");
                 OutputStream go = child.getOutputStream();
@@ -116,12 +116,6 @@ class CrashSafeSaveTest {
             if (key.startsWith("org.bytedeco.")) command.add("-D" + key + "=" + System.getProperty(key));  // the natives' cache
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), CrashSafeSaveTest.class.getName(), dir.toString(), mode));
         return new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.DISCARD).start();
-    }
-
-    private static String drain(BufferedReader out) throws IOException {
-        StringBuilder s = new StringBuilder();
-        for (String line; (line = out.readLine()) != null; ) s.append(line).append('\n');
-        return s.toString();
     }
 
     /**
