@@ -22,7 +22,7 @@ mvn -B -q ${MAVEN_ARGS:-} -pl mamba-api test-compile || exit 1
 failed=0
 for t in "${TARGETS[@]}"; do
   echo "fuzzing $t for $DURATION"
-  if ! mvn -B ${MAVEN_ARGS:-} -pl mamba-api surefire:test@fuzz -Dtest="$t" -Dfuzz.duration="$DURATION" > "$OUT/$t.log" 2>&1; then
+  if ! mvn -B ${MAVEN_ARGS:-} -pl mamba-api surefire:test@fuzz -Dtest="$t" -Dfuzz.duration="$DURATION" -Dfuzz.hooks=true > "$OUT/$t.log" 2>&1; then
     failed=1
     echo "  FINDING or failure: see $OUT/$t.log"
   fi
