@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -75,7 +76,12 @@ final class HfCheckpoint implements AutoCloseable {
             Map.Entry<String, JsonNode> e = it.next();
             if (!e.getValue().isTextual()) throw new CheckpointException(index + ": weight_map['" + e.getKey() + "'] is not a file name");
             String file = e.getValue().asText();
-            Path p = dir.resolve(file).normalize();
+            Path p;
+            try {
+                p = dir.resolve(file).normalize();
+            } catch (InvalidPathException bad) {  // e.g. a NUL character in the name
+                throw new CheckpointException(index + ": shard '" + file + "' is not a valid file name", bad);
+            }
             // A shard must be a plain file inside the folder: no "../" escapes, no absolute paths.
             if (!p.getParent().equals(dir.normalize()) || !file.endsWith(".safetensors"))
                 throw new CheckpointException(index + ": shard '" + file + "' is not a .safetensors file in " + dir);

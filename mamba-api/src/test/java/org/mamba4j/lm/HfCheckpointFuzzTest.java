@@ -45,7 +45,7 @@ class HfCheckpointFuzzTest {
 
     @FuzzTest(maxDuration = "5s")  // the build's bounded run; scripts/fuzz.sh runs longer
     @DictionaryEntries({"\"weight_map\"", "\"metadata\"", "\"total_size\"", "\"" + SHARD_1 + "\"", "\"" + SHARD_2 + "\"",
-            "\"../\"", "\"/\"", "\"backbone.embeddings.weight\"", "\"backbone.embedding.weight\"", "\"lm_head.weight\"",
+            "\"../\"", "\"/\"", "\\u0000", "\"backbone.embeddings.weight\"", "\"backbone.embedding.weight\"", "\"lm_head.weight\"",
             "\"backbone.norm_f.weight\"", "\"hidden_size\"", "\"vocab_size\"", "\"tie_word_embeddings\"", "\"use_conv_bias\""})
     void openAndLoadShardedFolder(byte[] data) {
         Map<String, byte[]> files = FuzzChecks.split(data, "config.json", "model.safetensors.index.json");
