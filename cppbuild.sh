@@ -7,6 +7,9 @@
 # Incremental: does nothing when the installed library is newer than every source and the flags
 # did not change. CUDA: "auto" (default) builds the kernels if nvcc is found (CUDA_HOME, /usr/local/cuda
 # or PATH) and prints a line saying so otherwise; the library then answers "no CUDA device".
+#
+# Sanitizers: MAMBA_SANITIZE=address,undefined (any -fsanitize= list) builds a CPU-only, instrumented library and
+# op_test into DIR-sanitize instead of DIR, so it can never replace the normal library; scripts/sanitize.sh uses it.
 set -euo pipefail
 
 PLATFORM=linux-x86_64; PREFIX=; OPENBLAS=; CUDA=${MAMBA_CUDA:-auto}
@@ -22,6 +25,13 @@ for arg in "$@"; do
 done
 [ "$PLATFORM" = linux-x86_64 ] || { echo "cppbuild.sh: platform $PLATFORM is not supported (linux-x86_64 only)" >&2; exit 2; }
 [ -n "$PREFIX" ] || { echo "cppbuild.sh: -prefix=DIR is required" >&2; exit 2; }
+SANITIZE=${MAMBA_SANITIZE:-}
+if [ -n "$SANITIZE" ]; then
+  case $SANITIZE in *[!a-z,_-]*) echo "cppbuild.sh: MAMBA_SANITIZE='$SANITIZE' is not a list of sanitizer names" >&2; exit 2 ;; esac
+  PREFIX=${PREFIX%/}-sanitize
+  CUDA=off  # the CUDA kernels are checked by compute-sanitizer (scripts/device-sanitize.sh), not by ASan
+  echo "cppbuild.sh: MAMBA_SANITIZE=$SANITIZE - building an instrumented CPU-only libmamba into $PREFIX"
+fi
 [ -f "$OPENBLAS/include/cblas.h" ] || { echo "cppbuild.sh: -openblas=DIR must hold include/cblas.h and libopenblas.so.0 (got '$OPENBLAS')" >&2; exit 2; }
 
 ROOT=$(cd "$(dirname "$0")" && pwd)
@@ -36,6 +46,12 @@ if [ "$CUDA" != off ]; then
 fi
 
 CXXFLAGS="-std=c++17 -O3 -fPIC -march=x86-64-v3 -fopenmp-simd -fno-math-errno -fno-trapping-math -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter"
+SANFLAGS=
+if [ -n "$SANITIZE" ]; then
+  # -O1 and frame pointers for usable stacks; every UB report is an error (the process stops at the first)
+  SANFLAGS="-fsanitize=$SANITIZE -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+  CXXFLAGS="${CXXFLAGS/-O3/-O1} $SANFLAGS"
+fi
 NVFLAGS="-std=c++17 -O3 -Xcompiler=-fPIC,-fvisibility=hidden --expt-relaxed-constexpr -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 STAMP="$CXXFLAGS|$NVFLAGS|${NVCC:+cuda}|$OPENBLAS"
 LIB=$PREFIX/lib/libmamba.so
@@ -79,7 +95,7 @@ if [ -n "$NVCC" ]; then
   "$NVCC" -shared -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
     -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Xlinker -soname=libmamba.so -Xlinker --no-undefined
 else
-  g++ -shared -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
+  g++ -shared $SANFLAGS -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
 fi
 mv -f "$OBJ/libmamba.so" "$LIB"
 echo "cppbuild.sh: linked $LIB; compiling the op test (kernels/test/ops)"
@@ -94,7 +110,7 @@ if [ -n "$NVCC" ]; then
   "$NVCC" -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
     -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Xlinker -rpath="$OPENBLAS"
 else
-  g++ -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Wl,-rpath,"$OPENBLAS"
+  g++ $SANFLAGS -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Wl,-rpath,"$OPENBLAS"
 fi
 mv -f "$OBJ/op_test" "$PREFIX/bin/op_test"
 cp -r "$SRC/include/mamba" "$PREFIX/include/"

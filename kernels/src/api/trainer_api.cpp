@@ -215,6 +215,7 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
     t.ops.upload(t.replica.target_stage.data(), target, n);
     t.forward();
     const double loss = t.mse(scale);
+    t.noteLoss(loss);
     t.backward();
     StepStats st = t.finish(apply);
     st.has_loss = true;
@@ -233,6 +234,7 @@ StepStats Trainer::stepCrossEntropy(const float* x, int64_t xLength, const int* 
     StepStats loss;
     t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, scale, true, counted, loss, t.model.trainingMode());
     t.head->backward(t.ops, t.replica.y_stage.data(), t.R, t.replica.dy_stage.data());
+    t.noteLoss(loss.loss);
     t.backward();
     StepStats st = t.finish(apply);
     st.has_loss = true;

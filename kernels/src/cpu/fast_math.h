@@ -19,10 +19,18 @@ static inline int32_t floatToBits(float f) {
     return i;
 }
 
-/** e^x: x = n·ln2 + r with |r| ≤ ln2/2 (Cody–Waite split), e^r by a degree-6 polynomial. */
+/** 2^k as a float for an exponent k in [-126, 127]: shifted unsigned, since shifting a negative int is undefined. */
+static inline float powerOfTwo(int32_t k) {
+    return bitsToFloat(static_cast<int32_t>(static_cast<uint32_t>(k + 127) << 23));
+}
+
+/** e^x: x = n·ln2 + r with |r| ≤ ln2/2 (Cody–Waite split), e^r by a degree-6 polynomial. NaN gives NaN. */
 static inline float fastExp(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    // NaN passes the clamp; converting it to int is undefined (UBSan found the shift of the result), so its
+    // exponent is taken as 0 — r stays NaN and so does the result. Finite inputs get the same bits as before.
+    const float n0 = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+    const float n = n0 == n0 ? n0 : 0.0f;
     const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
     float p = 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -31,7 +39,7 @@ static inline float fastExp(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    return p * bitsToFloat((static_cast<int32_t>(n) + 127) << 23);
+    return p * powerOfTwo(static_cast<int32_t>(n));
 }
 
 /** ln(1 + x) for x in [0, 1]: ln m + k·ln2 with m = mantissa of 1+x in [√½, √2), atanh series. */
@@ -39,8 +47,8 @@ static inline float fastLog1p(float x) {
     const float y = 1.0f + x;
     int32_t bits = floatToBits(y);
     // Normalise the mantissa into [0.7071, 1.4142) so the series converges fast.
-    const int32_t k = ((bits - 0x3F3504F3) >> 23);
-    const float m = bitsToFloat(bits - (k << 23));
+    const int32_t k = ((bits - 0x3F3504F3) >> 23);  // negative only for a negative NaN (the result is NaN anyway)
+    const float m = bitsToFloat(bits - static_cast<int32_t>(static_cast<uint32_t>(k) << 23));
     // Correct for the rounding of 1 + x (keeps accuracy for tiny x): c = x - (y - 1).
     const float c = x - (y - 1.0f);
     const float s = (m - 1.0f) / (m + 1.0f);

@@ -91,6 +91,12 @@ void TrainerRuntime::backward() {
 void TrainerRuntime::zeroGrad() {
     ops.zero(replica.grads.data(), replica.grads.size());
     if (head) ops.zero(head->g.data(), head->g.size());
+    nonfinite_loss = false;
+}
+
+void TrainerRuntime::noteLoss(double loss) {
+    // The float the caller sees: a loss that overflows float is as useless as a NaN, even if its gradient is finite.
+    if (!std::isfinite(static_cast<float>(loss))) nonfinite_loss = true;
 }
 
 StepStats TrainerRuntime::pending() const {
@@ -107,7 +113,7 @@ StepStats TrainerRuntime::optimizerStep() {
     if (head) ss += ops.sumOfSquares(head->g.data(), head->g.size());
     const double norm = std::sqrt(ss);
     st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm)) {  // a diverged step: skip it rather than poison the weights
+    if (!std::isfinite(norm) || nonfinite_loss) {  // a diverged step: skip it rather than poison the weights
         zeroGrad();
         return st;
     }

@@ -37,7 +37,10 @@ public:
     /** Backward of the tape with dy_stage (already scaled) as the output gradient. */
     void backward();
     void zeroGrad();
-    /** Clip + AdamW with the accumulated gradients (a non-finite norm skips the step), then clears them. */
+    /**
+     * Clip + AdamW with the accumulated gradients, then clears them. Skipped (gradients discarded, weights and
+     * step count unchanged) when the gradient norm is non-finite or a fused loss since the last step was.
+     */
     StepStats optimizerStep();
     StepStats finish(bool apply) { return apply ? optimizerStep() : pending(); }
     /** Stats of a call that did not step. */
@@ -49,6 +52,9 @@ public:
     void burnIn(const float* x, int steps);
     void setStartState(const StateImpl& s);
     void readEndState(StateImpl& s) const;
+
+    /** Records a fused loss as reported (float): a NaN or infinite one marks the accumulated gradient as unusable. */
+    void noteLoss(double loss);
 
     /** Mean squared error of y_stage against the staged target: dy_stage = scale·2(y − t)/n; returns the mean loss. */
     double mse(float scale);
@@ -68,6 +74,7 @@ public:
     AdamWConfig opt;
     float clip = 0.f;
     int64_t steps = 0;
+    bool nonfinite_loss = false;  // set by noteLoss, cleared with the gradients
     bool start_pending = false, have_tape = false, have_dx = false, have_end = false;
 };
 

@@ -38,6 +38,14 @@ final class Checks {
             if (!Float.isFinite(v[i])) throw new IllegalArgumentException(what + "[" + i + "] is " + v[i]);
     }
 
+    /** As {@link #finite(String, float[])} for the remaining floats of a buffer (indexes from its position). */
+    static void finite(String what, FloatBuffer b) {
+        for (int i = b.position(), n = b.limit(); i < n; i++) {
+            float f = b.get(i);
+            if (!Float.isFinite(f)) throw new IllegalArgumentException(what + "[" + (i - b.position()) + "] is " + f);
+        }
+    }
+
     static void positive(String what, int v) {
         if (v < 1) throw new IllegalArgumentException(what + " = " + v + " must be >= 1");
     }

@@ -19,6 +19,7 @@ import org.mamba4j.io.TensorInfo;
 public final class LinearHead {
     static final String WEIGHT = "lm_head.weight";
     static final String BIAS = "lm_head.bias";
+    private static final String FORMAT = "mamba4j-head", VERSION = "2";
 
     private final int vocab, dModel;
     private final float[] weight, bias;
@@ -71,18 +72,30 @@ public final class LinearHead {
         return out;
     }
 
-    /** Writes {@code lm_head.weight} [vocab, dModel] and {@code lm_head.bias} [vocab] to a safetensors file (atomically). */
+    /**
+     * Writes {@code lm_head.weight} [vocab, dModel] and {@code lm_head.bias} [vocab] to a safetensors file
+     * (atomically), with a CRC-32C of the content in the metadata (format version 2).
+     */
     public void save(Path file) {
         Map<String, String> meta = new LinkedHashMap<>();
-        meta.put("format", "mamba4j-head");
-        meta.put("format_version", "1");
-        SafeTensors.write(file, meta, List.of(new SafeTensors.Entry(WEIGHT, new long[] {vocab, dModel}, weight),
-                new SafeTensors.Entry(BIAS, new long[] {vocab}, bias)));
+        meta.put("format", FORMAT);
+        meta.put("format_version", VERSION);
+        long[] ws = {vocab, dModel}, bs = {vocab};
+        meta.put(CheckpointChecksum.KEY, CheckpointChecksum.of(meta, Map.of(WEIGHT, ws, BIAS, bs), Map.of(WEIGHT, weight, BIAS, bias)));
+        SafeTensors.write(file, meta, List.of(new SafeTensors.Entry(WEIGHT, ws, weight), new SafeTensors.Entry(BIAS, bs, bias)));
     }
 
-    /** Reads {@code lm_head.weight} and {@code lm_head.bias} from a safetensors file (other tensors are ignored). */
+    /**
+     * Reads {@code lm_head.weight} and {@code lm_head.bias} from a safetensors file. Other tensors are ignored,
+     * except in a file written by {@link #save} (format {@code mamba4j-head}), which must hold exactly these
+     * two and match its checksum.
+     */
     public static LinearHead load(Path file) {
         try (SafeTensorsFile f = SafeTensorsFile.open(file)) {
+            boolean ours = FORMAT.equals(f.metadata().get("format"));
+            String version = f.metadata().get("format_version");
+            if (ours && !VERSION.equals(version) && !"1".equals(version))
+                throw new CheckpointException(file + ": unsupported format_version " + version);
             TensorInfo w = f.find(WEIGHT).orElseThrow(() -> new CheckpointException(file + ": missing tensor '" + WEIGHT + "'"));
             TensorInfo b = f.find(BIAS).orElseThrow(() -> new CheckpointException(file + ": missing tensor '" + BIAS + "'"));
             long[] ws = w.shape(), bs = b.shape();
@@ -90,7 +103,12 @@ public final class LinearHead {
                 throw new CheckpointException(file + ": head shapes " + Arrays.toString(ws) + " and " + Arrays.toString(bs)
                         + " are not [vocab, dModel] and [vocab]");
             try {
-                return new LinearHead((int) ws[0], (int) ws[1], f.readFloats(WEIGHT), f.readFloats(BIAS));
+                float[] weight = f.readFloats(WEIGHT), bias = f.readFloats(BIAS);
+                if (ours) {
+                    if (f.tensors().size() != 2) throw new CheckpointException(file + ": a head file holds " + f.tensors().size() + " tensors, expected 2");
+                    CheckpointChecksum.verify(f, Map.of(WEIGHT, weight, BIAS, bias), VERSION.equals(version));
+                }
+                return new LinearHead((int) ws[0], (int) ws[1], weight, bias);
             } catch (IllegalArgumentException e) {
                 throw new CheckpointException(file + ": bad head: " + e.getMessage(), e);
             }

@@ -37,6 +37,16 @@ import org.mamba4j.nativ.ParamLayout;
  * worker pool: an op that finds it busy runs on the calling thread (same bits, less parallelism).
  * Every call after {@link #close()} throws {@link IllegalStateException}.
  *
+ * <p><b>Non-finite inputs.</b> {@code step}, {@code prefill} and {@code forward} reject a {@code float[]} or
+ * {@code FloatBuffer} input holding NaN or ±Infinity with an {@link IllegalArgumentException} naming the first
+ * such index ({@code x[i] is NaN}), before anything reaches native code: one such value would otherwise turn its
+ * row's recurrent state into NaN for the rest of the sequence. The check reads the input once (a few nanoseconds
+ * per thousand floats, next to microseconds for the step itself). {@link Tensor} inputs are not checked — their
+ * data stays on the device, and the tensor path is for pipelines that own their data; a NaN there propagates to
+ * that row's output and state until {@link MambaState#resetRow(int)}. Weights are always finite:
+ * {@link #setParameter} and the loaders reject non-finite values, and training never applies a non-finite step
+ * ({@link StepResult#skipped()}).
+ *
  * <p><b>Direct buffers</b> must be in the platform's byte order ({@code ByteBuffer.allocateDirect(n)
  * .order(ByteOrder.nativeOrder()).asFloatBuffer()}): libmamba reads their memory as native floats, so any
  * other order is rejected with {@link IllegalArgumentException}.
@@ -75,6 +85,7 @@ public final class MambaModel implements AutoCloseable {
             guard.close();
             throw e;
         }
+        guard.watch(this);
     }
 
     /** A builder for a model of this configuration (any architecture; {@link Mamba1Config} for Mamba-1). */
@@ -155,6 +166,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.length("x", x.length, (long) state.batch() * inputWidth());
         Checks.length("y", y.length, (long) state.batch() * outputWidth());
+        Checks.finite("x", x);
         guard.run(() -> peer.step(state.peer(), x, x.length, y, y.length), state.guard());
     }
 
@@ -163,6 +175,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.input("x", x, (long) state.batch() * inputWidth());
         Checks.output("y", y, (long) state.batch() * outputWidth());
+        Checks.finite("x", x);
         guard.run(() -> peer.step(state.peer(), x, x.remaining(), y, y.remaining()), state.guard());
     }
 
@@ -190,6 +203,7 @@ public final class MambaModel implements AutoCloseable {
         checkState(state);
         Checks.positive("steps", steps);
         Checks.length("x", x.length, (long) state.batch() * steps * inputWidth());
+        Checks.finite("x", x);
         float[] y = new float[state.batch() * outputWidth()];
         guard.run(() -> peer.prefill(state.peer(), x, x.length, steps, y, y.length), state.guard());
         return y;
@@ -201,6 +215,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.input("x", x, (long) state.batch() * steps * inputWidth());
         Checks.output("y", y, (long) state.batch() * outputWidth());
+        Checks.finite("x", x);
         guard.run(() -> peer.prefill(state.peer(), x, x.remaining(), steps, y, y.remaining()), state.guard());
     }
 
@@ -218,6 +233,7 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         if (state != null) checkState(state, batch);
         Checks.length("x", x.length, (long) batch * steps * inputWidth());
+        Checks.finite("x", x);
         long n = (long) batch * steps * outputWidth();
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("output of " + n + " floats does not fit a Java array");
         float[] y = new float[(int) n];
@@ -339,8 +355,12 @@ public final class MambaModel implements AutoCloseable {
 
     /**
      * Frees the weights; waits for a call in progress. States and trainers of this model must not be used
-     * afterwards (they throw {@link IllegalStateException}), but closing them still frees their memory.
-     * Idempotent and thread-safe.
+     * afterwards (they throw {@link IllegalStateException}), but closing them still frees their memory. While a
+     * trainer of this model is open, the weights are freed when that trainer is closed (the trainer's native
+     * memory refers to them). Idempotent and thread-safe.
+     *
+     * <p>Always close a model (try-with-resources): a model dropped without it is freed only after a garbage
+     * collection finds it unreachable, at no predictable time, and native memory does not prompt collections.
      */
     @Override
     public void close() {

@@ -28,6 +28,7 @@ public final class MambaState implements AutoCloseable {
         this.guard = model.guard().dependent("MambaState", peer::close);
         this.batch = peer.batch();
         this.rowSize = peer.rowSize();
+        guard.watch(this);
     }
 
     /** Number of sequences (rows). */
@@ -94,7 +95,10 @@ public final class MambaState implements AutoCloseable {
         return guard.isClosed();
     }
 
-    /** Frees the native memory; waits for a call in progress. Idempotent, also after the model was closed. */
+    /**
+     * Frees the native memory; waits for a call in progress. Idempotent, also after the model was closed.
+     * Required: a state dropped without it is freed only after a garbage collection, at no predictable time.
+     */
     @Override
     public void close() {
         guard.close();

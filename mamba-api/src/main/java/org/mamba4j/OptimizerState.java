@@ -16,11 +16,13 @@ import org.mamba4j.io.TensorInfo;
  * (PyTorch's {@code exp_avg} and {@code exp_avg_sq}). Exported by {@link Trainer#exportOptimizerState()}
  * and imported by {@link Trainer#importOptimizerState}: with the same weights, head, learning rate and data,
  * a resumed run is bit-identical to an uninterrupted one. Saved as safetensors with tensors
- * {@code exp_avg.<name>} / {@code exp_avg_sq.<name>} and the step count in the metadata.
- * Immutable: arrays are copied in and out.
+ * {@code exp_avg.<name>} / {@code exp_avg_sq.<name>} and the step count in the metadata, with a CRC-32C of
+ * the whole content (format version 2; version 1 files, without it, still load). Immutable: arrays are copied
+ * in and out.
  */
 public final class OptimizerState {
     private static final String FORMAT = "mamba4j-adamw";
+    private static final String VERSION = "2", VERSION_1 = "1";
     private final long step;
     private final Map<String, float[]> m, v;
 
@@ -53,14 +55,20 @@ public final class OptimizerState {
     public void save(Path file) {
         Map<String, String> meta = new LinkedHashMap<>();
         meta.put("format", FORMAT);
-        meta.put("format_version", "1");
+        meta.put("format_version", VERSION);
         meta.put("step", Long.toString(step));
-        List<SafeTensors.Entry> entries = new ArrayList<>();
+        Map<String, long[]> shapes = new LinkedHashMap<>();
+        Map<String, float[]> data = new LinkedHashMap<>();
         for (String name : m.keySet()) {
-            long n = m.get(name).length;
-            entries.add(new SafeTensors.Entry("exp_avg." + name, new long[] {n}, m.get(name)));
-            entries.add(new SafeTensors.Entry("exp_avg_sq." + name, new long[] {n}, v.get(name)));
+            long[] n = {m.get(name).length};
+            shapes.put("exp_avg." + name, n);
+            data.put("exp_avg." + name, m.get(name));
+            shapes.put("exp_avg_sq." + name, n);
+            data.put("exp_avg_sq." + name, v.get(name));
         }
+        meta.put(CheckpointChecksum.KEY, CheckpointChecksum.of(meta, shapes, data));
+        List<SafeTensors.Entry> entries = new ArrayList<>();
+        for (String name : shapes.keySet()) entries.add(new SafeTensors.Entry(name, shapes.get(name), data.get(name)));
         SafeTensors.write(file, meta, entries);
     }
 
@@ -70,17 +78,35 @@ public final class OptimizerState {
             Map<String, String> meta = f.metadata();
             if (!FORMAT.equals(meta.get("format")))
                 throw new CheckpointException(file + " is not a mamba4j optimizer state (format = " + meta.get("format") + ")");
+            String version = meta.get("format_version");
+            if (!VERSION.equals(version) && !VERSION_1.equals(version))
+                throw new CheckpointException(file + ": unsupported format_version " + version);
             long step;
             try {
                 step = Long.parseLong(meta.getOrDefault("step", "x"));
             } catch (NumberFormatException e) {
                 throw new CheckpointException(file + ": bad step count '" + meta.get("step") + "'", e);
             }
-            Map<String, float[]> m = new LinkedHashMap<>(), v = new LinkedHashMap<>();
+            Map<String, float[]> m = new LinkedHashMap<>(), v = new LinkedHashMap<>(), all = new LinkedHashMap<>();
             for (TensorInfo t : f.tensors()) {
-                if (t.name().startsWith("exp_avg_sq.")) v.put(t.name().substring(11), f.readFloats(t.name()));
-                else if (t.name().startsWith("exp_avg.")) m.put(t.name().substring(8), f.readFloats(t.name()));
-                else throw new CheckpointException(file + ": unexpected tensor '" + t.name() + "'");
+                if (!t.name().startsWith("exp_avg_sq.") && !t.name().startsWith("exp_avg."))
+                    throw new CheckpointException(file + ": unexpected tensor '" + t.name() + "'");
+                if (t.shape().length != 1)
+                    throw new CheckpointException(file + ": tensor '" + t.name() + "' has shape " + java.util.Arrays.toString(t.shape())
+                            + ", expected one dimension");
+                float[] values = f.readFloats(t.name());
+                all.put(t.name(), values);
+                if (t.name().startsWith("exp_avg_sq.")) v.put(t.name().substring(11), values);
+                else m.put(t.name().substring(8), values);
+            }
+            CheckpointChecksum.verify(f, all, VERSION.equals(version));
+            // moments that would turn AdamW's update into NaN: non-finite values, negative second moments
+            for (Map.Entry<String, float[]> e : all.entrySet()) {
+                boolean second = e.getKey().startsWith("exp_avg_sq.");
+                float[] a = e.getValue();
+                for (int i = 0; i < a.length; i++)
+                    if (!Float.isFinite(a[i]) || (second && a[i] < 0))
+                        throw new CheckpointException(file + ": tensor '" + e.getKey() + "' holds " + a[i] + " at " + i);
             }
             try {
                 return new OptimizerState(step, m, v);

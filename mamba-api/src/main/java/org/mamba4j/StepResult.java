@@ -5,8 +5,10 @@ package org.mamba4j;
  *
  * @param step              optimizer steps taken so far, after this call
  * @param optimizerStepped  whether this call ran an optimizer step
- * @param skipped           an optimizer step was asked for but skipped because the gradient norm was NaN
- *                          or infinite (the weights are unchanged and the gradients were discarded)
+ * @param skipped           an optimizer step was asked for but skipped, never applied: the gradient norm was NaN or
+ *                          infinite, or the fused loss of this call or of a micro-batch accumulated since the last
+ *                          step was (as a float). The weights, moments and step count are unchanged and the
+ *                          accumulated gradients were discarded, so training can go on with the next batch
  * @param gradNorm          the global L2 norm of the gradient before clipping, for calls that ran (or
  *                          tried) an optimizer step; NaN for accumulate-only calls
  * @param learningRate      the learning rate of this call's optimizer step (the current one otherwise)
@@ -26,7 +28,7 @@ public record StepResult(long step, boolean optimizerStepped, boolean skipped, d
         if (!Double.isNaN(accuracy)) s.append(String.format(" acc %.1f%%", 100 * accuracy));
         if (!Double.isNaN(gradNorm)) s.append(String.format(" |g| %.4g", gradNorm));
         s.append(String.format(" lr %.3g", learningRate));
-        if (skipped) s.append(" (optimizer step skipped: non-finite gradient)");
+        if (skipped) s.append(" (optimizer step skipped: non-finite loss or gradient)");
         else if (!optimizerStepped) s.append(" (no optimizer step)");
         return s.toString();
     }

@@ -31,6 +31,7 @@ public final class Tensor implements AutoCloseable {
         this.shape = shape.clone();
         this.peer = NativeGuard.call(() -> new org.mamba4j.nativ.Tensor(device.code(), dtype.code, this.shape, this.shape.length));
         this.guard = NativeGuard.of("Tensor", peer::close);
+        guard.watch(this);
     }
 
     /** A zero-filled tensor. */
@@ -108,7 +109,10 @@ public final class Tensor implements AutoCloseable {
         return guard.isClosed();
     }
 
-    /** Frees the buffer; waits for a call in progress. Idempotent and thread-safe. */
+    /**
+     * Frees the buffer; waits for a call in progress. Idempotent and thread-safe. Required: a tensor dropped
+     * without it is freed only after a garbage collection, at no predictable time.
+     */
     @Override
     public void close() {
         guard.close();

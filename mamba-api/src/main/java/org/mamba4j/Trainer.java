@@ -91,11 +91,13 @@ public final class Trainer implements AutoCloseable {
         this.vocab = b.vocab;
         this.schedule = b.schedule;
         this.adamW = b.adamW;
-        this.peer = model.guard().get(() -> {
+        // libmamba's trainer uses the model until it is destroyed: the model's peer stays until this one is freed
+        NativeGuard.Guarded<org.mamba4j.nativ.Trainer> made = model.guard().newPinningDependent("Trainer", () -> {
             if (b.threads > 0) libmamba.setCpuThreads(b.threads);
             return new org.mamba4j.nativ.Trainer(model.peer(), batch, seqLen);
-        });
-        this.guard = model.guard().dependent("Trainer", peer::close);
+        }, p -> p::close);
+        this.peer = made.peer();
+        this.guard = made.guard();
         try {
             this.names = guard.get(() -> {
                 if (b.vocab > 0) peer.addHead(b.vocab, b.headSeed);
@@ -117,6 +119,7 @@ public final class Trainer implements AutoCloseable {
             guard.close();
             throw e;
         }
+        guard.watch(this);
     }
 
     /**
@@ -450,7 +453,11 @@ public final class Trainer implements AutoCloseable {
         return guard.isClosed();
     }
 
-    /** Frees the trainer's native memory (gradients, moments, tape); waits for a call in progress. The model stays open. Idempotent. */
+    /**
+     * Frees the trainer's native memory (gradients, moments, tape); waits for a call in progress. The model stays
+     * open (a model closed earlier is freed now). Idempotent. Required: a trainer dropped without it is freed only
+     * after a garbage collection, at no predictable time.
+     */
     @Override
     public void close() {
         guard.close();
@@ -462,6 +469,11 @@ public final class Trainer implements AutoCloseable {
     }
 
     // ---- internals ----
+
+    /** This trainer's guard (it shares the model's lock and keeps the model's peer until it is freed). */
+    NativeGuard guard() {
+        return guard;
+    }
 
     /** Per tensor, whether a user's no-decay rule lets weight decay apply; null keeps libmamba's flags. */
     private boolean[] decayFlags(Predicate<String> noDecay) {

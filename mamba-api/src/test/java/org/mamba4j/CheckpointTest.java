@@ -187,8 +187,19 @@ class CheckpointTest {
         List<SafeTensors.Entry> copy = new ArrayList<>();
         for (SafeTensors.Entry e : entries) copy.add(new SafeTensors.Entry(e.name(), e.shape(), e.data().clone()));
         edit.accept(copy);
+        // a consistent file with the edit, so that the check under test (not the checksum) is what rejects it
+        Map<String, String> m = new LinkedHashMap<>(meta);
+        if (m.containsKey(CheckpointChecksum.KEY)) {
+            Map<String, long[]> shapes = new LinkedHashMap<>();
+            Map<String, float[]> data = new LinkedHashMap<>();
+            for (SafeTensors.Entry e : copy) {
+                shapes.put(e.name(), e.shape());
+                data.put(e.name(), e.data());
+            }
+            m.put(CheckpointChecksum.KEY, CheckpointChecksum.of(m, shapes, data));
+        }
         Path f = dir.resolve(name + ".safetensors");
-        SafeTensors.write(f, meta, copy);
+        SafeTensors.write(f, m, copy);
         return f;
     }
 }

@@ -9,6 +9,10 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
+import java.nio.channels.FileLock;
+import java.nio.channels.OverlappingFileLockException;
+import java.nio.file.DirectoryIteratorException;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -19,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ThreadLocalRandom;
 import org.mamba4j.CheckpointException;
 
@@ -26,8 +31,11 @@ import org.mamba4j.CheckpointException;
  * Writes safetensors files and holds the format's constants and number conversions.
  *
  * <p>Writes are atomic: the file is streamed to a temporary sibling, forced to disk and renamed over the
- * destination, so a reader sees either the old file or the complete new one, never a partial write.
- * Use {@link SafeTensorsFile#open(Path)} to read.
+ * destination, and the directory is forced too, so a reader sees either the old file or the complete new one,
+ * never a partial write — also after the writing process is killed or the machine loses power. A process killed
+ * mid-write leaves its temporary file ({@code <name>.tmp-<hex>}) behind; the next write of the same file deletes
+ * such leftovers. A writer holds a lock on its temporary file while it exists, so a leftover is told from a
+ * write in progress elsewhere: only unlocked ones are deleted. Use {@link SafeTensorsFile#open(Path)} to read.
  */
 public final class SafeTensors {
 
@@ -126,13 +134,16 @@ public final class SafeTensors {
         byte[] header = header(metadata, tensors);
 
         Path target = file.toAbsolutePath();
-        Path tmp = target.resolveSibling(target.getFileName() + ".tmp-"
+        deleteLeftovers(target);
+        Path tmp = target.resolveSibling(target.getFileName() + TEMP_INFIX
                 + Long.toHexString(ThreadLocalRandom.current().nextLong()));
         boolean moved = false;
+        WRITING.add(tmp);
         try {
             // CREATE_NEW so a leftover or concurrent temp file is never silently reused.
-            try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
-                ByteBuffer buf = ByteBuffer.allocateDirect(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+            try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE);
+                 FileLock inUse = ch.lock()) {  // tells deleteLeftovers of other writers that this one is alive
+                ByteBuffer buf = ByteBuffer.allocateDirect(chunkBytes(largest(tensors))).order(ByteOrder.LITTLE_ENDIAN);
                 buf.putLong(header.length).flip();
                 writeFully(ch, buf);
                 writeFully(ch, ByteBuffer.wrap(header));
@@ -148,15 +159,17 @@ public final class SafeTensors {
                     }
                 }
                 ch.force(true);
+                // renamed while still locked, so no other writer's clean-up can take it for a leftover
+                Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+                moved = true;
             }
-            Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
-            moved = true;
         } catch (IOException e) {
             throw new CheckpointException("cannot write safetensors file " + file + ": " + e, e);
         } finally {
             if (!moved) {
                 deleteTemp(tmp);
             }
+            WRITING.remove(tmp);
         }
         syncDirectory(target.getParent());
     }
@@ -241,6 +254,58 @@ public final class SafeTensors {
         while (buf.hasRemaining()) {
             ch.write(buf);
         }
+    }
+
+    /**
+     * A streaming buffer for tensors of at most {@code largestBytes}: {@link #CHUNK_BYTES}, or less for small files.
+     * Direct memory is freed only by a garbage collection, and allocating 1 MiB per small file made the JVM
+     * stall in {@code System.gc()} once the direct-memory limit was reached (3-6 ms per tiny file).
+     */
+    static int chunkBytes(long largestBytes) {
+        return (int) Math.max(8, Math.min(CHUNK_BYTES, (largestBytes + 7) & ~7L));
+    }
+
+    private static long largest(List<Entry> tensors) {
+        long most = 0;
+        for (Entry e : tensors) most = Math.max(most, (long) e.data().length * Float.BYTES);
+        return most;
+    }
+
+    /** Infix of temporary files: {@code <name>.tmp-<hex>}. */
+    static final String TEMP_INFIX = ".tmp-";
+
+    /**
+     * Temp files being written by this JVM. The clean-up never opens these: closing any channel of a file drops
+     * every lock this process holds on it (POSIX), which would unlock a live writer for other processes.
+     */
+    private static final Set<Path> WRITING = ConcurrentHashMap.newKeySet();
+
+    /**
+     * Deletes the temporary files that killed writers of {@code target} left behind: siblings named
+     * {@code <name>.tmp-<hex>} that nobody holds locked. Best effort: a file it cannot lock or delete stays.
+     */
+    private static void deleteLeftovers(Path target) {
+        Path dir = target.getParent();
+        String prefix = target.getFileName() + TEMP_INFIX;
+        try (DirectoryStream<Path> temps = Files.newDirectoryStream(dir, p -> isTempOf(prefix, p.getFileName().toString()))) {
+            for (Path t : temps) {
+                if (WRITING.contains(t)) continue;
+                try (FileChannel ch = FileChannel.open(t, StandardOpenOption.WRITE); FileLock free = ch.tryLock()) {
+                    if (free != null) Files.deleteIfExists(t);  // locked elsewhere: a write in progress in another process
+                } catch (OverlappingFileLockException | IOException inUse) {
+                    // a write in progress in this JVM, or a file that vanished or cannot be opened: leave it
+                }
+            }
+        } catch (IOException | DirectoryIteratorException ignored) {
+            // an unreadable directory: the write itself will report what is wrong
+        }
+    }
+
+    private static boolean isTempOf(String prefix, String name) {
+        if (!name.startsWith(prefix) || name.length() == prefix.length() || name.length() > prefix.length() + 16) return false;
+        for (int i = prefix.length(); i < name.length(); i++)
+            if (Character.digit(name.charAt(i), 16) < 0) return false;
+        return true;
     }
 
     private static void deleteTemp(Path tmp) {

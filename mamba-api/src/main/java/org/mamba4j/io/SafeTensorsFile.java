@@ -388,7 +388,9 @@ public final class SafeTensorsFile implements AutoCloseable {
 
     private void read(TensorInfo t, FloatBuffer dst) {
         if (chunk == null) {
-            chunk = ByteBuffer.allocateDirect(SafeTensors.CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+            long largest = 0;
+            for (TensorInfo info : tensors) largest = Math.max(largest, info.byteSize());
+            chunk = ByteBuffer.allocateDirect(SafeTensors.chunkBytes(largest)).order(ByteOrder.LITTLE_ENDIAN);
         }
         long pos = dataStart + t.begin();
         long remaining = t.byteSize();

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -28,6 +29,8 @@ import org.mamba4j.io.TensorInfo;
  */
 final class HfCheckpoint implements AutoCloseable {
     private static final long MAX_INDEX_BYTES = 64L << 20;
+    /** One mapper for every load: a new ObjectMapper costs ~1 MB of allocation, more than a small index. */
+    private static final ObjectMapper INDEX_JSON = new ObjectMapper();
     private final Path dir;
     final HfMambaConfig config;
     private final List<SafeTensorsFile> shards = new ArrayList<>();
@@ -61,7 +64,7 @@ final class HfCheckpoint implements AutoCloseable {
         JsonNode map;
         try {
             if (Files.size(index) > MAX_INDEX_BYTES) throw new CheckpointException(index + " is larger than 64 MiB");
-            JsonNode root = new ObjectMapper().readTree(index.toFile());
+            JsonNode root = INDEX_JSON.readTree(index.toFile());
             map = root == null ? null : root.get("weight_map");
         } catch (IOException e) {
             throw new CheckpointException(index + " is not valid JSON: " + e.getMessage(), e);
@@ -73,7 +76,12 @@ final class HfCheckpoint implements AutoCloseable {
             Map.Entry<String, JsonNode> e = it.next();
             if (!e.getValue().isTextual()) throw new CheckpointException(index + ": weight_map['" + e.getKey() + "'] is not a file name");
             String file = e.getValue().asText();
-            Path p = dir.resolve(file).normalize();
+            Path p;
+            try {
+                p = dir.resolve(file).normalize();
+            } catch (InvalidPathException bad) {  // e.g. a NUL character in the name
+                throw new CheckpointException(index + ": shard '" + file + "' is not a valid file name", bad);
+            }
             // A shard must be a plain file inside the folder: no "../" escapes, no absolute paths.
             if (!p.getParent().equals(dir.normalize()) || !file.endsWith(".safetensors"))
                 throw new CheckpointException(index + ": shard '" + file + "' is not a .safetensors file in " + dir);
@@ -116,9 +124,20 @@ final class HfCheckpoint implements AutoCloseable {
                 .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
         MambaModel.Builder builder = MambaModel.builder(mc).vocabSize(c.paddedVocab()).tieEmbeddings(c.tieEmbeddings())
                 .device(device).dtype(dtype);
-        Map<String, String> plan = plan(builder.parameterShapes());
-        long total = 0;
-        for (String key : plan.values()) total += byName.get(key) == null ? 0 : byName.get(key).get(key).byteSize();
+        Map<String, long[]> want = builder.parameterShapes();
+        Map<String, String> plan = plan(want);
+        long total = 0, storedWeights = 0, needed = 0;
+        for (String key : plan.values()) {
+            if (key == null) continue;
+            total += byName.get(key).get(key).byteSize();
+            storedWeights += byName.get(key).get(key).elementCount();
+        }
+        for (long[] shape : want.values()) needed += product(shape);
+        // Padding (vocabulary rows, an absent conv bias) adds a few zeros to a real checkpoint; a file that would
+        // have the loader invent most of a model (vocab_size 1 padded to 65536 rows) allocates far beyond its size.
+        if (needed > 2 * storedWeights)
+            throw new CheckpointException(dir + ": the checkpoint holds " + storedWeights + " weights for a model of " + needed
+                    + ": padding would have to invent more than half of them");
         MambaModel model = builder.build();
         try {
             long done = 0;

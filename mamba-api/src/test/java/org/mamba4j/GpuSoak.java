@@ -1,0 +1,126 @@
+package org.mamba4j;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import org.mamba4j.lm.MambaLM;
+import org.mamba4j.lm.Sampling;
+
+/**
+ * The GPU soak of docs/reliability.md (scripts/device-soak.sh runs it; prepared, not run yet). Two modes:
+ * <ul>
+ *   <li>{@code soak MINUTES} (default 10): round after round of batched generation (batch 1-16, prompts of 1-256
+ *       tokens) on a BF16 language model of the 130m shape, prefill, five training steps of an F32 backbone, and
+ *       every minute a reload of the language model from its checkpoint. Every 10 s it prints device memory in
+ *       use, the host's VmRSS and generated tokens per second. It fails (exit 1) on any error, if device memory
+ *       or VmRSS at the end exceeds the end of the first minute by more than 64 MiB, or if the last minute's
+ *       generation throughput differs from the first full minute's by more than 5%.
+ *   <li>{@code cycles N} (default 100,000): create / use / close cycles of a small model, state, tensors and
+ *       trainer on the GPU; device memory in use must be back within 16 MiB of where it was after 1,000 cycles.
+ * </ul>
+ */
+public final class GpuSoak {
+    private static final long MIB = 1 << 20;
+
+    private GpuSoak() {}
+
+    public static void main(String[] args) throws Exception {
+        Device gpu = Device.cuda(0);
+        String mode = args.length > 0 ? args[0] : "soak";
+        boolean ok = mode.equals("cycles") ? cycles(gpu, args.length > 1 ? Integer.parseInt(args[1]) : 100_000)
+                : soak(gpu, args.length > 1 ? Integer.parseInt(args[1]) : 10);
+        System.out.println(ok ? "soak: PASS" : "soak: FAIL");
+        System.exit(ok ? 0 : 1);
+    }
+
+    private static long deviceUsed(Device gpu) {
+        return gpu.totalMemory() - gpu.freeMemory();
+    }
+
+    private static boolean soak(Device gpu, int minutes) throws Exception {
+        Path file = Files.createTempFile("soak-lm", ".safetensors");
+        Mamba1Config lmShape = Mamba1Config.builder().dModel(768).dState(16).layers(24).build();
+        try (MambaModel init = MambaModel.builder(lmShape).vocabSize(50280).seed(1).build()) {
+            init.save(file);  // the checkpoint every reload reads (F32 on disk, BF16 on the GPU)
+        }
+        Random rng = new Random(7);
+        long start = System.nanoTime(), end = start + minutes * 60_000_000_000L;
+        List<long[]> samples = new ArrayList<>();  // {second, device bytes used, VmRSS KiB, tokens in the interval}
+        long tokens = 0, nextSample = start + 10_000_000_000L, nextReload = start + 60_000_000_000L;
+        MambaLM lm = new MambaLM(MambaModel.load(file, gpu, DType.BF16), 50277, null);
+        try (MambaModel backbone = MambaModel.builder(Mamba1Config.builder().dModel(512).layers(8).build()).inputDim(64)
+                .device(gpu).seed(2).build();
+             Trainer trainer = Trainer.builder(backbone).batch(8).seqLen(128).clipGradNorm(1).build()) {
+            float[] x = TestUtil.random(rng, 8 * 128 * 64, 1), target = TestUtil.random(rng, 8 * 128 * 512, 1);
+            int[] batches = {1, 2, 4, 8, 16}, lengths = {1, 17, 64, 256};
+            for (int round = 0; System.nanoTime() < end; round++) {
+                int b = batches[round % batches.length], t = lengths[(round / batches.length) % lengths.length];
+                int[][] prompts = new int[b][t];
+                for (int[] p : prompts) for (int i = 0; i < t; i++) p[i] = rng.nextInt(50277);
+                long[] made = {0};
+                lm.generate(prompts, Sampling.ofTemperature(0.8).seed(round).maxNewTokens(32), (row, tok) -> made[0]++);
+                tokens += made[0];
+                try (MambaState s = lm.model().newState(b)) {
+                    lm.model().prefillTokens(s, new int[b * t], t, new float[b * 50280]);
+                }
+                for (int i = 0; i < 5; i++) trainer.stepMse(x, target);
+                long now = System.nanoTime();
+                if (now >= nextReload) {
+                    lm.close();
+                    lm = new MambaLM(MambaModel.load(file, gpu, DType.BF16), 50277, null);
+                    nextReload += 60_000_000_000L;
+                }
+                if (now >= nextSample) {
+                    samples.add(new long[] {(now - start) / 1_000_000_000L, deviceUsed(gpu), LeakTest.rssKiB(), tokens});
+                    System.out.printf("t=%4d s  device used %6d MiB  VmRSS %6d MiB  %7.1f tokens/s%n", (now - start) / 1_000_000_000L,
+                            deviceUsed(gpu) / MIB, LeakTest.rssKiB() / 1024, tokens / 10.0);
+                    tokens = 0;
+                    nextSample += 10_000_000_000L;
+                }
+            }
+        } finally {
+            lm.close();
+            Files.deleteIfExists(file);
+        }
+        return verdict(samples);
+    }
+
+    /** The first minute warms up (graphs, pools); compare its end with the run's end, and tokens/s per minute. */
+    private static boolean verdict(List<long[]> samples) {
+        if (samples.size() < 12) {
+            System.out.println("soak: too short for a verdict (" + samples.size() + " samples)");
+            return false;
+        }
+        long[] warm = samples.get(5), last = samples.get(samples.size() - 1);
+        double firstMinute = 0, lastMinute = 0;
+        for (int i = 6; i < 12; i++) firstMinute += samples.get(i)[3];
+        for (int i = samples.size() - 6; i < samples.size(); i++) lastMinute += samples.get(i)[3];
+        long deviceGrowth = last[1] - warm[1], hostGrowthKiB = last[2] - warm[2];
+        double change = lastMinute / firstMinute - 1;
+        System.out.printf("soak: device %d -> %d MiB, VmRSS %d -> %d MiB, tokens/s first minute %.1f, last %.1f (%+.1f%%)%n",
+                warm[1] / MIB, last[1] / MIB, warm[2] / 1024, last[2] / 1024, firstMinute / 60, lastMinute / 60, 100 * change);
+        return deviceGrowth <= 64 * MIB && hostGrowthKiB <= 64 * 1024 && Math.abs(change) <= 0.05;
+    }
+
+    private static boolean cycles(Device gpu, int n) {
+        Mamba1Config c = Mamba1Config.builder().dModel(64).dState(8).layers(2).build();
+        long base = 0;
+        for (int i = 0; i < n; i++) {
+            try (MambaModel m = MambaModel.builder(c).inputDim(4).device(gpu).seed(i).build();
+                 MambaState s = m.newState(2);
+                 Tensor x = Tensor.of(gpu, new float[8], 2, 4);
+                 Tensor y = Tensor.allocate(gpu, DType.F32, 2, 64);
+                 Trainer t = Trainer.builder(m).batch(2).seqLen(4).build()) {
+                m.step(s, x, y);
+                t.stepMse(new float[2 * 4 * 4], new float[2 * 4 * 64]);
+            }
+            if (i == 999) base = deviceUsed(gpu);
+            if ((i + 1) % 10_000 == 0) System.out.printf("cycles %d: device used %d MiB%n", i + 1, deviceUsed(gpu) / MIB);
+        }
+        long growth = deviceUsed(gpu) - base;
+        System.out.printf("cycles: %d, device memory %+d MiB since cycle 1,000%n", n, growth / MIB);
+        return growth <= 16 * MIB;
+    }
+}

@@ -1,0 +1,160 @@
+package org.mamba4j.fuzz;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.mamba4j.AdamW;
+import org.mamba4j.LinearHead;
+import org.mamba4j.Mamba1Config;
+import org.mamba4j.MambaModel;
+import org.mamba4j.Trainer;
+import org.mamba4j.io.SafeTensors;
+
+/**
+ * Writes the hand-made seed files of the fuzz targets under {@code src/test/resources} (run once from the module
+ * folder: {@code java -cp <test class path> org.mamba4j.fuzz.SeedCorpus}). Seeds are small valid files of each
+ * format plus a few hostile ones; crash inputs found by fuzzing are added next to them by hand and never
+ * regenerated. The files are checked in; this class documents where they came from.
+ */
+public final class SeedCorpus {
+    private static final Path RESOURCES = Path.of("src/test/resources/org/mamba4j");
+
+    private SeedCorpus() {}
+
+    public static void main(String[] args) throws IOException {
+        Path tmp = Files.createTempDirectory("seeds");
+        safetensors(tmp);
+        checkpoints(tmp);
+        hfConfigs();
+        hfIndex();
+        tokenizers();
+        System.out.println("seeds written under " + RESOURCES.toAbsolutePath());
+    }
+
+    private static Mamba1Config tiny() {
+        return Mamba1Config.builder().dModel(2).dState(1).dConv(2).expand(1).dtRank(1).layers(1).build();
+    }
+
+    private static void safetensors(Path tmp) throws IOException {
+        Path dir = RESOURCES.resolve("io/SafeTensorsFuzzTestInputs");
+        Map<String, String> meta = new LinkedHashMap<>();
+        meta.put("format", "pt");
+        SafeTensors.write(dir.resolve("f32-matrix-and-scalar"), meta, List.of(
+                new SafeTensors.Entry("w", new long[] {2, 3}, new float[] {1, 2, 3, 4, 5, 6}),
+                new SafeTensors.Entry("s", new long[0], new float[] {0.5f}),
+                new SafeTensors.Entry("empty", new long[] {0, 4}, new float[0])));
+        // other dtypes, written by hand: [header length][header][data]
+        raw(dir.resolve("bf16-f16-f64-i32"), "{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                + "\"b\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[4,8]},"
+                + "\"c\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[8,16]},"
+                + "\"d\":{\"dtype\":\"I32\",\"shape\":[1,1],\"data_offsets\":[16,20]},\"__metadata__\":{\"k\":\"v\"}}", 20);
+        raw(dir.resolve("huge-shape-claim"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", 8);
+        raw(dir.resolve("offsets-beyond-file"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[1073741824],\"data_offsets\":[0,4294967296]}}", 8);
+        raw(dir.resolve("overlap"), "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                + "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12);
+        byte[] hugeHeader = new byte[16];
+        ByteBuffer.wrap(hugeHeader).order(ByteOrder.LITTLE_ENDIAN).putLong(Long.MAX_VALUE);
+        Files.write(dir.resolve("header-length-claims-8-EiB"), hugeHeader);
+        try (MambaModel m = MambaModel.builder(tiny()).inputDim(1).seed(1).build()) {
+            m.save(dir.resolve("mamba4j-checkpoint"));
+        }
+    }
+
+    private static void checkpoints(Path tmp) throws IOException {
+        Path models = RESOURCES.resolve("CheckpointFuzzTestInputs");
+        try (MambaModel m = MambaModel.builder(tiny()).inputDim(1).seed(1).build()) {
+            m.save(models.resolve("tiny-backbone"));
+            try (Trainer t = Trainer.builder(m).adamW(AdamW.ofLearningRate(1e-2)).crossEntropyHead(3).build()) {
+                t.stepCrossEntropy(new float[] {0.5f}, new int[] {1});
+                t.snapshot().save(models.resolve("trainer-snapshot"));
+                t.exportOptimizerState().save(RESOURCES.resolve("OptimizerStateFuzzTestInputs/after-one-step"));
+                t.head().save(RESOURCES.resolve("LinearHeadFuzzTestInputs/trained-head"));
+            }
+        }
+        try (MambaModel lm = MambaModel.builder(tiny()).vocabSize(3).tieEmbeddings(false).seed(2).build()) {
+            lm.save(models.resolve("tiny-language-model"));
+        }
+        // a small file claiming the largest configuration: must fail before any model is built
+        String bigConfig = "{\"d_model\":65536,\"d_state\":256,\"d_conv\":8,\"expand\":1,\"dt_rank\":0,\"n_layers\":1024,"
+                + "\"norm_eps\":1e-5,\"dt_min\":0.001,\"dt_max\":0.1,\"dt_init_floor\":1e-4}";
+        raw(models.resolve("claims-a-huge-model"), "{\"__metadata__\":{\"format\":\"mamba4j\",\"format_version\":\"1\","
+                + "\"arch\":\"mamba1\",\"input_dim\":\"0\",\"vocab_size\":\"0\",\"tie_embeddings\":\"true\",\"config\":"
+                + quote(bigConfig) + "}}", 0);
+        new LinearHead(2, 2, new float[] {1, 2, 3, 4}, new float[] {0, 1}).save(RESOURCES.resolve("LinearHeadFuzzTestInputs/small-head"));
+    }
+
+    private static void hfConfigs() throws IOException {
+        Path dir = RESOURCES.resolve("lm/HfConfigFuzzTestInputs");
+        text(dir.resolve("transformers-130m"), "{\"model_type\": \"mamba\", \"hidden_size\": 768, \"state_size\": 16,"
+                + " \"num_hidden_layers\": 24, \"expand\": 2, \"intermediate_size\": 1536, \"conv_kernel\": 4,"
+                + " \"time_step_rank\": 48, \"layer_norm_epsilon\": 1e-05, \"use_bias\": false, \"use_conv_bias\": true,"
+                + " \"vocab_size\": 50280, \"pad_vocab_size_multiple\": 8, \"tie_word_embeddings\": true,"
+                + " \"hidden_act\": \"silu\", \"residual_in_fp32\": true}");
+        text(dir.resolve("state-spaces-370m"), "{\"d_model\": 1024, \"n_layer\": 48, \"vocab_size\": 50277,"
+                + " \"ssm_cfg\": {\"d_state\": 16, \"d_conv\": 4, \"expand\": 2, \"dt_rank\": \"auto\", \"conv_bias\": true,"
+                + " \"bias\": false, \"layer\": \"Mamba1\"}, \"rms_norm\": true, \"residual_in_fp32\": true,"
+                + " \"fused_add_norm\": true, \"pad_vocab_size_multiple\": 8, \"tie_embeddings\": true, \"norm_epsilon\": 1e-5,"
+                + " \"attn_layer_idx\": []}");
+        text(dir.resolve("transformers-minimal-rms-eps"), "{\"hidden_size\": 64, \"num_hidden_layers\": 2, \"vocab_size\": 100,"
+                + " \"rms_norm_eps\": 1e-6}");
+        text(dir.resolve("falcon-rejected"), "{\"model_type\": \"falcon_mamba\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+                + " \"vocab_size\": 100}");
+    }
+
+    private static void hfIndex() throws IOException {
+        Path dir = RESOURCES.resolve("lm/HfCheckpointFuzzTestInputs");
+        String config = "{\"model_type\": \"mamba\", \"hidden_size\": 4, \"state_size\": 2, \"num_hidden_layers\": 1,"
+                + " \"expand\": 1, \"conv_kernel\": 2, \"time_step_rank\": 1, \"vocab_size\": 8, \"tie_word_embeddings\": true}";
+        String[] shard = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+        Map<String, long[]> shapes = MambaModel.builder(Mamba1Config.builder().dModel(4).dState(2).dConv(2).expand(1).dtRank(1)
+                .layers(1).build()).vocabSize(8).parameterShapes();
+        List<String> names = new ArrayList<>(shapes.keySet());
+        StringBuilder map = new StringBuilder();
+        for (int i = 0; i < names.size(); i++)
+            map.append(i == 0 ? "" : ", ").append(quote(names.get(i))).append(": ").append(quote(shard[i < names.size() / 2 ? 0 : 1]));
+        text(dir.resolve("valid-two-shards"), config + "\n=====\n{\"metadata\": {\"total_size\": 1000}, \"weight_map\": {" + map + "}}");
+        text(dir.resolve("escaping-shard-name"), config + "\n=====\n{\"weight_map\": {" + quote(names.get(0)) + ": \"../outside.safetensors\"}}");
+    }
+
+    private static void tokenizers() throws IOException {
+        Path dir = RESOURCES.resolve("lm/TokenizerFuzzTestInputs");
+        String bpe = "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 0, \"content\": \"<|endoftext|>\", \"special\": true,"
+                + " \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false}],"
+                + " \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false,"
+                + " \"trim_offsets\": true, \"use_regex\": true}, \"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\","
+                + " \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": true}, \"model\": {\"type\": \"BPE\","
+                + " \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null, \"end_of_word_suffix\": null,"
+                + " \"fuse_unk\": false, \"byte_fallback\": false, \"vocab\": {\"<|endoftext|>\": 0, \"h\": 1, \"i\": 2, \"hi\": 3},"
+                + " \"merges\": [\"h i\"]}}";
+        text(dir.resolve("bpe"), bpe);
+        text(dir.resolve("bpe-with-config"), bpe + "\n=====\n{\"eos_token\": {\"content\": \"<|endoftext|>\"}}");
+        text(dir.resolve("wordlevel"), "{\"version\": \"1.0\", \"added_tokens\": [], \"model\": {\"type\": \"WordLevel\","
+                + " \"vocab\": {\"a\": 0, \"b\": 1, \"[UNK]\": 2}, \"unk_token\": \"[UNK]\"}, \"pre_tokenizer\": {\"type\": \"Whitespace\"}}");
+    }
+
+    private static String quote(String s) {
+        return "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"") + "\"";
+    }
+
+    private static void text(Path f, String s) throws IOException {
+        Files.createDirectories(f.getParent());
+        Files.writeString(f, s, StandardCharsets.UTF_8);
+    }
+
+    /** A safetensors file from a header and {@code dataBytes} bytes of data (1, 2, 3, …). */
+    private static void raw(Path f, String header, int dataBytes) throws IOException {
+        byte[] h = header.getBytes(StandardCharsets.UTF_8);
+        ByteBuffer b = ByteBuffer.allocate(8 + h.length + dataBytes).order(ByteOrder.LITTLE_ENDIAN);
+        b.putLong(h.length).put(h);
+        for (int i = 0; i < dataBytes; i++) b.put((byte) (i + 1));
+        Files.createDirectories(f.getParent());
+        Files.write(f, b.array());
+    }
+}
