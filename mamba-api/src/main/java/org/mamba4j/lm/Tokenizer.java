@@ -159,10 +159,19 @@ public final class Tokenizer implements AutoCloseable {
         return new Tokenizer(hf, source, eos, vocab);
     }
 
+    /**
+     * Whether DJL failed to load its native library, rather than rejected the file. Its own message starts with
+     * "Failed to load Huggingface native"; an error of the native parser is thrown by a native method and may
+     * quote the file (a fuzzed {@code "version"} holding that phrase was once reported as a missing library).
+     */
     private static boolean isNativeLoadFailure(Throwable e) {
         for (Throwable t = e; t != null; t = t.getCause()) {
-            if (t instanceof LinkageError
-                    || (t.getMessage() != null && t.getMessage().contains("Failed to load Huggingface native"))) {
+            if (t instanceof LinkageError) {
+                return true;
+            }
+            StackTraceElement[] where = t.getStackTrace();
+            boolean fromParser = where.length > 0 && where[0].isNativeMethod();
+            if (!fromParser && t.getMessage() != null && t.getMessage().startsWith("Failed to load Huggingface native")) {
                 return true;
             }
         }
