@@ -40,8 +40,8 @@ import org.mamba4j.nativ.ParamLayout;
  * <p><b>Non-finite inputs.</b> {@code step}, {@code prefill} and {@code forward} reject a {@code float[]} or
  * {@code FloatBuffer} input holding NaN or ±Infinity with an {@link IllegalArgumentException} naming the first
  * such index ({@code x[i] is NaN}), before anything reaches native code: one such value would otherwise turn its
- * row's recurrent state into NaN for the rest of the sequence. The check reads the input once (a few nanoseconds
- * per thousand floats, next to microseconds for the step itself). {@link Tensor} inputs are not checked — their
+ * row's recurrent state into NaN for the rest of the sequence. The check reads the input once (about 0.35 ns per
+ * float: 50 ns for a step of 128 input floats, next to ~30 µs for the step itself). {@link Tensor} inputs are not checked — their
  * data stays on the device, and the tensor path is for pipelines that own their data; a NaN there propagates to
  * that row's output and state until {@link MambaState#resetRow(int)}. Weights are always finite:
  * {@link #setParameter} and the loaders reject non-finite values, and training never applies a non-finite step
