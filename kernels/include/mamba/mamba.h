@@ -37,20 +37,28 @@ enum DeviceCode { DEVICE_CPU = -1 };
  * Model hyper-parameters. input_dim == 0 means "no input projection": inputs are d_model wide and
  * enter the residual stream directly (the LM path); otherwise a Linear(input_dim -> d_model) with bias
  * runs first. dt_rank == 0 means "auto" = ceil(d_model / 16).
+ * Fields marked [M1] are read by Mamba-1 only, [M3] by Mamba-3 SISO only; the rest by both.
  */
 struct MAMBA_API ModelConfig {
     int32_t arch = ARCH_MAMBA1;
     int32_t d_model = 128;
     int32_t d_state = 16;
-    int32_t d_conv = 4;
+    int32_t d_conv = 4;           // [M1]
     int32_t expand = 2;
-    int32_t dt_rank = 0;
+    int32_t dt_rank = 0;          // [M1]
     int32_t n_layers = 3;
     int32_t input_dim = 0;
+    /** Block and final RMSNorm epsilon (Mamba-3's B/C and gate norms use a fixed 1e-5, as the official code). */
     float norm_eps = 1e-5f;
     float dt_min = 0.001f;
     float dt_max = 0.1f;
     float dt_init_floor = 1e-4f;
+    int32_t headdim = 64;         // [M3] channels per head; d_inner = expand·d_model must be a multiple
+    int32_t ngroups = 1;          // [M3] B/C groups; nheads must be a multiple
+    float rope_fraction = 0.5f;   // [M3] 0.5 or 1: rotated share of d_state
+    float a_floor = 1e-4f;        // [M3] A = min(-heavytail(dd_A), -a_floor)
+    int32_t chunk_size = 64;      // [M3] steps per chunk of the chunked scan and of training's state checkpoints
+    bool is_outproj_norm = false; // [M3] RMSNormGated (per head) before out_proj instead of the plain SiLU gate
     /** > 0 makes a language model: token embedding [vocab, d_model] in, logits [vocab] out (input_dim must be 0). */
     int32_t vocab_size = 0;
     /** LM head shares the embedding matrix (HF tie_word_embeddings); otherwise lm_head.weight [vocab, d_model]. */
@@ -62,7 +70,7 @@ MAMBA_API void validateConfig(const ModelConfig& config);
 
 /**
  * The inclusive range validateConfig allows for an integer field, named as in its messages: "dModel",
- * "dState", "dConv", "expand", "dInner", "layers", "inputDim", "dtRank", "vocabSize". Throws
+ * "dState", "dConv", "expand", "dInner", "layers", "inputDim", "dtRank", "vocabSize", and for Mamba-3 "headdim", "ngroups", "chunkSize", "headState" (headdim·dState). Throws
  * std::invalid_argument for any other name. Other formats (HF config.json) quote these, never copy them.
  */
 MAMBA_API int64_t configFieldMin(const std::string& field);
@@ -154,8 +162,10 @@ private:
 };
 
 /**
- * Recurrent state of a batch of independent sequences: per row and layer the conv history
- * (d_conv-1 pre-conv inputs per channel, oldest first) and the SSM state h [d_inner, d_state].
+ * Recurrent state of a batch of independent sequences, per row and layer. Mamba-1: the conv history
+ * (d_conv-1 pre-conv inputs per channel, oldest first) and the SSM state h [d_inner, d_state]. Mamba-3 SISO:
+ * the SSM state [nheads, headdim, d_state], the last rotated key [nheads, d_state], the last input
+ * [nheads, headdim] and the rotation angles [nheads, num_rope_angles].
  * A row is a contiguous block of rowSize() floats, so a server can park and restore sequences.
  */
 class MAMBA_API State {
@@ -184,7 +194,7 @@ private:
 };
 
 /**
- * A Mamba model (Mamba-1 now, Mamba-3 SISO later) with its weights on one device.
+ * A Mamba model (Mamba-1 or Mamba-3 SISO) with its weights on one device.
  * Not thread-safe: one call at a time (the Java API serialises calls).
  * Parameters are named and shaped as in HuggingFace checkpoints (linear weights [out, in]).
  */

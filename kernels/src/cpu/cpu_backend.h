@@ -7,6 +7,7 @@
 //   cpu_backend.cpp  memory, capabilities, rmsnorm, embed, negExp, low-precision conversion, convSilu
 //   cpu_gemm.cpp     gemm (every product, forward and backward)
 //   cpu_scan.cpp     selectiveScan (inference and training) and selectiveScanBackward
+//   cpu_mamba3.cpp   mamba3Scan and mamba3ScanBackward (Mamba-3 SISO)
 //   cpu_train.cpp    rmsnorm/conv backward, scale, sumOfSquares, AdamW, losses
 #pragma once
 
@@ -34,10 +35,12 @@ public:
     void fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) override;
     void convSilu(const ConvArgs& a) override;
     void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) override;
+    void mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* checkpoints) override;
 
     void rmsnormBackward(const RmsNormBackwardArgs& a) override;
     void convSiluBackward(const ConvBackwardArgs& a) override;
     void selectiveScanBackward(const ScanBackwardArgs& a) override;
+    void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
     double sumOfSquares(const float* x, int64_t n) override;
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;

@@ -65,6 +65,7 @@ public:
     void fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) override;
     void convSilu(const ConvArgs& a) override;
     void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) override;
+    void mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* checkpoints) override;
 
     void beginCapture() override;
     void* endCapture() override;
@@ -74,6 +75,7 @@ public:
     void rmsnormBackward(const RmsNormBackwardArgs& a) override;
     void convSiluBackward(const ConvBackwardArgs& a) override;
     void selectiveScanBackward(const ScanBackwardArgs& a) override;
+    void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
     double sumOfSquares(const float* x, int64_t n) override;
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;

@@ -135,6 +135,74 @@ struct ScanBackwardArgs {
     int batch, steps, channels, d_state;
 };
 
+/**
+ * The Mamba-3 SISO mixer between in_proj and out_proj (the math: /work/shared/reference/mamba3-siso.md §3;
+ * the layout of one in_proj output row, in this order: [z | x | B | C | dd_dt | dd_A | trap | angles]).
+ * Per row b, step t, head h (group g = h / (nheads / ngroups)):
+ *   B̂, Ĉ = RMSNorm_ds(B_g, C_g; b_norm, c_norm, eps 1e-5)            (per group, over d_state)
+ *   Δ = softplus(dd_dt + dt_bias), A = min(−ht(dd_A), −a_floor), σ = sigmoid(trap)
+ *   α = exp(A·Δ), β = α·Δ·(1−σ), γ = σ·Δ
+ *   θ[a] = wrap_2π(θ[a] + π·tanh(angles[a])·Δ)                          (a < nangles, f32, wrapped every step)
+ *   k = rot_θ(B̂ + b_bias[h]), q = rot_θ(Ĉ + c_bias[h])                 (pairs (2a, 2a+1) rotated, the rest not)
+ *   S = α·S + β·v_prev ⊗ k_prev + γ·x ⊗ k;  k_prev = k, v_prev = x       (S: [headdim, d_state])
+ *   y = S·q + D[h]·x
+ *   out = y ⊙ SiLU(z)   or, with gate_norm,   gate_norm ⊙ y / sqrt(mean_head(y²) + 1e-5) ⊙ SiLU(z)
+ * The state of one row, in this order: S [nheads, headdim, d_state], k_prev [nheads, d_state],
+ * v_prev [nheads, headdim], θ [nheads, nangles] (Mamba3ScanArgs::stateSize()).
+ */
+struct Mamba3ScanArgs {
+    const float* proj;       // [B*T, ldproj]: in_proj output
+    int64_t ldproj;
+    const float* dt_bias;    // [nheads]
+    const float* b_bias;     // [nheads, d_state]
+    const float* c_bias;     // [nheads, d_state]
+    const float* b_norm;     // [d_state]
+    const float* c_norm;     // [d_state]
+    const float* d_skip;     // [nheads]
+    const float* gate_norm;  // [nheads·headdim], or null: the plain SiLU gate
+    float a_floor;
+    float* state;            // per row b (at + b·state_stride): read and rewritten
+    int64_t state_stride;
+    float* out;              // [B*T, ldout]: the gated output, nheads·headdim wide
+    int64_t ldout;
+    int batch, steps, nheads, headdim, d_state, ngroups, nangles;
+
+    int dInner() const { return nheads * headdim; }
+    // Column offsets of the in_proj fields.
+    int zCol() const { return 0; }
+    int xCol() const { return dInner(); }
+    int bCol() const { return 2 * dInner(); }
+    int cCol() const { return 2 * dInner() + ngroups * d_state; }
+    int dtCol() const { return 2 * dInner() + 2 * ngroups * d_state; }
+    int aCol() const { return dtCol() + nheads; }
+    int trapCol() const { return dtCol() + 2 * nheads; }
+    int angleCol() const { return dtCol() + 3 * nheads; }
+    int projWidth() const { return angleCol() + nangles; }
+    // Offsets inside one row's state.
+    int64_t kOffset() const { return int64_t(nheads) * headdim * d_state; }
+    int64_t vOffset() const { return kOffset() + int64_t(nheads) * d_state; }
+    int64_t angleOffset() const { return vOffset() + int64_t(nheads) * headdim; }
+    int64_t stateSize() const { return angleOffset() + int64_t(nheads) * nangles; }
+};
+
+/**
+ * Backward of mamba3Scan (truncated BPTT: the gradient of the starting state is dropped). The forward's
+ * inputs are in `fwd` (fwd.state and fwd.out are not read); the states come from the checkpoints the
+ * training forward recorded (ScanCheckpoints: the whole row state, stateSize() floats, before steps 0,
+ * chunk, 2·chunk, …, laid out [batch][ceil(steps/chunk)][stateSize]); states in between are recomputed.
+ */
+struct Mamba3ScanBackwardArgs {
+    Mamba3ScanArgs fwd;
+    const float* checkpoints;
+    int chunk;
+    const float* dout;       // [B*T, lddout]: gradient of the gated output
+    int64_t lddout;
+    float* dproj;            // out: [B*T, lddproj], every in_proj field (overwritten)
+    int64_t lddproj;
+    // Parameter gradients, added (+=) with rows summed in a fixed order. d_gate_norm only with fwd.gate_norm.
+    float *d_dt_bias, *d_b_bias, *d_c_bias, *d_b_norm, *d_c_norm, *d_d_skip, *d_gate_norm;
+};
+
 /** One AdamW update (PyTorch semantics) of n parameters: decoupled decay, bias-corrected moments. */
 struct AdamWArgs {
     float lr, beta1, beta2, eps, weight_decay;
@@ -202,6 +270,12 @@ public:
      * checkpoints (training), the state before every chunk is recorded for selectiveScanBackward.
      */
     virtual void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) = 0;
+    /**
+     * The Mamba-3 SISO recurrence with its pre- and post-processing (Mamba3ScanArgs). With checkpoints
+     * (training), the whole row state before every chunk of steps is recorded for mamba3ScanBackward. A
+     * backend picks its algorithm (step by step, or chunked for long sequences); the result is the recurrence's.
+     */
+    virtual void mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* checkpoints) = 0;
 
     // ---- graphs: record a fixed sequence of launches once, replay it with one call (capabilities().graphs) ----
     /** Starts recording this backend's work (nothing may allocate until the capture ends). */
@@ -215,6 +289,7 @@ public:
     virtual void rmsnormBackward(const RmsNormBackwardArgs& a) = 0;
     virtual void convSiluBackward(const ConvBackwardArgs& a) = 0;
     virtual void selectiveScanBackward(const ScanBackwardArgs& a) = 0;
+    virtual void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) = 0;
     /** x[i] *= s. */
     virtual void scale(float* x, int64_t n, float s) = 0;
     /** Σ x[i]², accumulated in double over fixed-size chunks in a fixed order. */

@@ -222,6 +222,9 @@ public:
             }
     }
 
+    void mamba3Scan(const Mamba3ScanArgs&, const ScanCheckpoints*) override { throw std::logic_error("mamba3Scan: not in the ref backend yet"); }
+    void mamba3ScanBackward(const Mamba3ScanBackwardArgs&) override { throw std::logic_error("mamba3ScanBackward: not in the ref backend yet"); }
+
     void selectiveScanBackward(const ScanBackwardArgs& s) override {
         const int T = s.steps, C = s.channels, N = s.d_state, K = s.chunk;
         const int chunks = (T + K - 1) / K;
