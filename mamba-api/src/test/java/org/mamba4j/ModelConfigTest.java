@@ -16,7 +16,7 @@ class ModelConfigTest {
     @Test
     void modelConfigIsSealedOverTheArchitectures() {
         assertTrue(ModelConfig.class.isSealed());
-        assertArrayEquals(new Class<?>[] {Mamba1Config.class}, ModelConfig.class.getPermittedSubclasses());
+        assertArrayEquals(new Class<?>[] {Mamba1Config.class, Mamba3Config.class}, ModelConfig.class.getPermittedSubclasses());
         ModelConfig c = Mamba1Config.builder().dModel(32).layers(2).build();
         assertEquals("mamba1", c.arch());
         assertEquals(32, c.dModel());
