@@ -75,91 +75,105 @@ Vec biased(const Vec& normed, const Vec& bias, int h, int N) {
 
 }  // namespace
 
-Mamba3Result mamba3Scan(const Mamba3Problem& p) {
-    const int T = p.steps, H = p.nheads, P = p.headdim, N = p.d_state, NA = p.nangles, E = p.dInner();
-    const int headsPerGroup = H / p.ngroups, W = p.projWidth();
+namespace {
+
+/** One head of one row through the steps: its state before step t for every t (kept only when asked). */
+struct HeadTrace {
+    Vec S, k, v, theta;  // [steps + 1][headdim·d_state], [steps + 1][d_state], [steps + 1][headdim], [steps + 1][nangles]
+};
+
+/**
+ * Runs head h of row b over all steps: writes its y and out columns, its part of the final state and of the
+ * checkpoints (chunk > 0) into res, and returns its per-step states when keep is set.
+ */
+HeadTrace runHead(const Mamba3Problem& p, int b, int h, int chunk, bool keep, Mamba3Result& res) {
+    const int T = p.steps, P = p.headdim, N = p.d_state, NA = p.nangles, E = p.dInner();
+    const int g = h / (p.nheads / p.ngroups), W = p.projWidth();
     const int64_t SS = p.stateSize();
-    Mamba3Result res;
-    res.out.assign(static_cast<size_t>(p.rows() * E), 0.0);
-    res.y = res.out;
-    res.states.assign(static_cast<size_t>(p.batch) * (T + 1) * SS, 0.0);
-    for (int b = 0; b < p.batch; ++b) {
-        Vec st(p.state0.begin() + b * SS, p.state0.begin() + (b + 1) * SS);
-        for (int t = 0;; ++t) {
-            std::copy(st.begin(), st.end(), res.states.begin() + (static_cast<int64_t>(b) * (T + 1) + t) * SS);
-            if (t == T) break;
-            const int64_t r = static_cast<int64_t>(b) * T + t;
-            const double* row = &p.proj[r * W];
-            for (int h = 0; h < H; ++h) {
-                const int g = h / headsPerGroup;
-                const HeadScalars s = headScalars(p, row, h);
-                double* S = &st[static_cast<int64_t>(h) * P * N];
-                double* kPrev = &st[p.kOffset() + static_cast<int64_t>(h) * N];
-                double* vPrev = &st[p.vOffset() + static_cast<int64_t>(h) * P];
-                double* theta = &st[p.angleOffset() + static_cast<int64_t>(h) * NA];
-                // θ ← wrap_2π(θ + π·tanh(angles)·Δ)
-                for (int a = 0; a < NA; ++a) {
-                    const double th = theta[a] + kPi * std::tanh(row[p.angleCol() + a]) * s.delta;
-                    theta[a] = th - kTwoPi * std::floor(th / kTwoPi);
-                }
-                const Vec k = rotate(biased(groupNorm(p, row, p.bCol(), p.b_norm, g), p.b_bias, h, N), theta, NA);
-                const Vec q = rotate(biased(groupNorm(p, row, p.cCol(), p.c_norm, g), p.c_bias, h, N), theta, NA);
-                const double* x = row + p.xCol() + h * P;
-                // S = α·S + β·v_prev ⊗ k_prev + γ·x ⊗ k
-                for (int i = 0; i < P; ++i)
-                    for (int n = 0; n < N; ++n)
-                        S[i * N + n] = s.alpha * S[i * N + n] + s.beta * vPrev[i] * kPrev[n] + s.gamma * x[i] * k[n];
-                for (int n = 0; n < N; ++n) kPrev[n] = k[n];
-                for (int i = 0; i < P; ++i) vPrev[i] = x[i];
-                // y = S·q + D·x
-                double* y = &res.y[r * E + h * P];
-                for (int i = 0; i < P; ++i) {
-                    double acc = p.d_skip[h] * x[i];
-                    for (int n = 0; n < N; ++n) acc += S[i * N + n] * q[n];
-                    y[i] = acc;
-                }
-                // the gate: y ⊙ SiLU(z), or RMSNormGated over the head (norm before gate)
-                const double* z = row + p.zCol() + h * P;
-                double* out = &res.out[r * E + h * P];
-                if (p.gate_norm.empty()) {
-                    for (int i = 0; i < P; ++i) out[i] = y[i] * silu(z[i]);
-                } else {
-                    const double rho = invRms(y, P);
-                    for (int i = 0; i < P; ++i) out[i] = p.gate_norm[h * P + i] * y[i] * rho * silu(z[i]);
-                }
-            }
+    const int chunks = chunk > 0 ? (T + chunk - 1) / chunk : 0;
+    const double* st0 = &p.state0[b * SS];
+    Vec S(st0 + static_cast<int64_t>(h) * P * N, st0 + static_cast<int64_t>(h + 1) * P * N);
+    Vec kPrev(st0 + p.kOffset() + static_cast<int64_t>(h) * N, st0 + p.kOffset() + static_cast<int64_t>(h + 1) * N);
+    Vec vPrev(st0 + p.vOffset() + static_cast<int64_t>(h) * P, st0 + p.vOffset() + static_cast<int64_t>(h + 1) * P);
+    Vec theta(st0 + p.angleOffset() + static_cast<int64_t>(h) * NA, st0 + p.angleOffset() + static_cast<int64_t>(h + 1) * NA);
+    HeadTrace tr;
+    // Writes this head's state into a row state laid out like Mamba3ScanArgs.
+    auto store = [&](double* row) {
+        std::copy(S.begin(), S.end(), row + static_cast<int64_t>(h) * P * N);
+        std::copy(kPrev.begin(), kPrev.end(), row + p.kOffset() + static_cast<int64_t>(h) * N);
+        std::copy(vPrev.begin(), vPrev.end(), row + p.vOffset() + static_cast<int64_t>(h) * P);
+        std::copy(theta.begin(), theta.end(), row + p.angleOffset() + static_cast<int64_t>(h) * NA);
+    };
+    for (int t = 0;; ++t) {
+        if (keep) {
+            tr.S.insert(tr.S.end(), S.begin(), S.end());
+            tr.k.insert(tr.k.end(), kPrev.begin(), kPrev.end());
+            tr.v.insert(tr.v.end(), vPrev.begin(), vPrev.end());
+            tr.theta.insert(tr.theta.end(), theta.begin(), theta.end());
+        }
+        if (t == T) break;
+        if (chunk > 0 && t % chunk == 0) store(&res.checkpoints[(static_cast<int64_t>(b) * chunks + t / chunk) * SS]);
+        const int64_t r = static_cast<int64_t>(b) * T + t;
+        const double* row = &p.proj[r * W];
+        const HeadScalars s = headScalars(p, row, h);
+        // θ ← wrap_2π(θ + π·tanh(angles)·Δ)
+        for (int a = 0; a < NA; ++a) {
+            const double th = theta[a] + kPi * std::tanh(row[p.angleCol() + a]) * s.delta;
+            theta[a] = th - kTwoPi * std::floor(th / kTwoPi);
+        }
+        const Vec k = rotate(biased(groupNorm(p, row, p.bCol(), p.b_norm, g), p.b_bias, h, N), theta.data(), NA);
+        const Vec q = rotate(biased(groupNorm(p, row, p.cCol(), p.c_norm, g), p.c_bias, h, N), theta.data(), NA);
+        const double* x = row + p.xCol() + h * P;
+        // S = α·S + β·v_prev ⊗ k_prev + γ·x ⊗ k
+        for (int i = 0; i < P; ++i)
+            for (int n = 0; n < N; ++n)
+                S[i * N + n] = s.alpha * S[i * N + n] + s.beta * vPrev[i] * kPrev[n] + s.gamma * x[i] * k[n];
+        kPrev = k;
+        vPrev.assign(x, x + P);
+        // y = S·q + D·x
+        double* y = &res.y[r * E + h * P];
+        for (int i = 0; i < P; ++i) {
+            double acc = p.d_skip[h] * x[i];
+            for (int n = 0; n < N; ++n) acc += S[i * N + n] * q[n];
+            y[i] = acc;
+        }
+        // the gate: y ⊙ SiLU(z), or RMSNormGated over the head (norm before gate)
+        const double* z = row + p.zCol() + h * P;
+        double* out = &res.out[r * E + h * P];
+        if (p.gate_norm.empty()) {
+            for (int i = 0; i < P; ++i) out[i] = y[i] * silu(z[i]);
+        } else {
+            const double rho = invRms(y, P);
+            for (int i = 0; i < P; ++i) out[i] = p.gate_norm[h * P + i] * y[i] * rho * silu(z[i]);
         }
     }
+    store(&res.state[b * SS]);
+    return tr;
+}
+
+Mamba3Result emptyResult(const Mamba3Problem& p, int chunk) {
+    Mamba3Result res;
+    res.out.assign(static_cast<size_t>(p.rows() * p.dInner()), 0.0);
+    res.y = res.out;
+    res.state.assign(static_cast<size_t>(p.batch * p.stateSize()), 0.0);
+    if (chunk > 0) res.checkpoints.assign(static_cast<size_t>(p.batch) * ((p.steps + chunk - 1) / chunk) * p.stateSize(), 0.0);
     return res;
 }
 
-Vec Mamba3Result::finalState(const Mamba3Problem& p) const {
-    const int64_t SS = p.stateSize();
-    Vec v;
-    for (int b = 0; b < p.batch; ++b) {
-        const auto first = states.begin() + (static_cast<int64_t>(b) * (p.steps + 1) + p.steps) * SS;
-        v.insert(v.end(), first, first + SS);
-    }
-    return v;
-}
+}  // namespace
 
-Vec Mamba3Result::checkpoints(const Mamba3Problem& p, int chunk) const {
-    const int64_t SS = p.stateSize();
-    const int chunks = (p.steps + chunk - 1) / chunk;
-    Vec v;
+Mamba3Result mamba3Scan(const Mamba3Problem& p, int chunk) {
+    Mamba3Result res = emptyResult(p, chunk);
     for (int b = 0; b < p.batch; ++b)
-        for (int c = 0; c < chunks; ++c) {
-            const auto first = states.begin() + (static_cast<int64_t>(b) * (p.steps + 1) + c * chunk) * SS;
-            v.insert(v.end(), first, first + SS);
-        }
-    return v;
+        for (int h = 0; h < p.nheads; ++h) runHead(p, b, h, chunk, false, res);
+    return res;
 }
 
 Mamba3Grads mamba3ScanBackward(const Mamba3Problem& p, const Vec& dout) {
     const int T = p.steps, H = p.nheads, P = p.headdim, N = p.d_state, NA = p.nangles, E = p.dInner();
     const int G = p.ngroups, headsPerGroup = H / G, W = p.projWidth();
-    const int64_t SS = p.stateSize(), R = p.rows();
-    const Mamba3Result fwd = mamba3Scan(p);
+    const int64_t R = p.rows();
+    Mamba3Result fwd = emptyResult(p, 0);
     Mamba3Grads g;
     g.dproj.assign(static_cast<size_t>(R * W), 0.0);
     g.d_dt_bias.assign(H, 0.0);
@@ -175,6 +189,7 @@ Mamba3Grads mamba3ScanBackward(const Mamba3Problem& p, const Vec& dout) {
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < H; ++h) {
             const int grp = h / headsPerGroup;
+            const HeadTrace tr = runHead(p, b, h, 0, true, fwd);
             Vec Gs(static_cast<size_t>(P) * N, 0.0);  // ∂L/∂S_t, carried backwards
             Vec kappa(N, 0.0);                         // ∂L/∂k_t through step t+1's β term
             Vec dxNext(P, 0.0);                        // ∂L/∂x_t through step t+1's β term
@@ -183,13 +198,11 @@ Mamba3Grads mamba3ScanBackward(const Mamba3Problem& p, const Vec& dout) {
                 const int64_t r = static_cast<int64_t>(b) * T + t;
                 const double* row = &p.proj[r * W];
                 double* drow = &g.dproj[r * W];
-                const double* before = &fwd.states[(static_cast<int64_t>(b) * (T + 1) + t) * SS];
-                const double* after = before + SS;
-                const double* Sprev = before + static_cast<int64_t>(h) * P * N;
-                const double* Scur = after + static_cast<int64_t>(h) * P * N;
-                const double* kPrev = before + p.kOffset() + static_cast<int64_t>(h) * N;
-                const double* vPrev = before + p.vOffset() + static_cast<int64_t>(h) * P;
-                const double* theta = after + p.angleOffset() + static_cast<int64_t>(h) * NA;  // θ_t (this step's)
+                const double* Sprev = &tr.S[static_cast<int64_t>(t) * P * N];
+                const double* Scur = &tr.S[static_cast<int64_t>(t + 1) * P * N];
+                const double* kPrev = &tr.k[static_cast<int64_t>(t) * N];
+                const double* vPrev = &tr.v[static_cast<int64_t>(t) * P];
+                const double* theta = &tr.theta[static_cast<int64_t>(t + 1) * NA];  // θ_t (this step's)
                 const HeadScalars s = headScalars(p, row, h);
                 const Vec kPre = biased(groupNorm(p, row, p.bCol(), p.b_norm, grp), p.b_bias, h, N);
                 const Vec qPre = biased(groupNorm(p, row, p.cCol(), p.c_norm, grp), p.c_bias, h, N);
@@ -472,10 +485,10 @@ std::vector<Compare> checkHandoff(const Shape& s, uint64_t seed, const std::vect
                 for (int j = 0; j < E; ++j)
                     joined[(static_cast<int64_t>(b) * p.steps + t) * E + j] =
                         part.out[(static_cast<int64_t>(b) * (t1 - t0) + (t - t0)) * E + j];
-        state = part.finalState(stepRange(p, t0, t1, state));
+        state = part.state;
         t0 = t1;
     }
-    const Vec want = whole.finalState(p);
+    const Vec& want = whole.state;
     auto cmp = [](const std::string& what, const Vec& got, const Vec& ref) {
         double err = 0, mx = 0;
         for (size_t i = 0; i < got.size(); ++i) {

@@ -43,15 +43,13 @@ struct Mamba3Problem {
 };
 
 struct Mamba3Result {
-    Vec out;     // [batch·steps, dInner]: the gated output
-    Vec y;       // [batch·steps, dInner]: before the gate
-    Vec states;  // [batch, steps + 1, stateSize]: the row state before step t (t = steps: the final state)
-    /** The final state of every row, [batch, stateSize]. */
-    Vec finalState(const Mamba3Problem& p) const;
-    /** The states before steps 0, chunk, 2·chunk, … in the ScanCheckpoints layout [batch][chunks][stateSize]. */
-    Vec checkpoints(const Mamba3Problem& p, int chunk) const;
+    Vec out;          // [batch·steps, dInner]: the gated output
+    Vec y;            // [batch·steps, dInner]: before the gate
+    Vec state;        // [batch, stateSize]: the final state
+    Vec checkpoints;  // with chunk > 0: the states before steps 0, chunk, 2·chunk, … ([batch][chunks][stateSize])
 };
-Mamba3Result mamba3Scan(const Mamba3Problem& p);
+/** The forward (heads are independent given the inputs, so it runs head by head: memory O(one head's state)). */
+Mamba3Result mamba3Scan(const Mamba3Problem& p, int chunk = 0);
 
 struct Mamba3Grads {
     Vec dproj;  // [batch·steps, projWidth()], every field
