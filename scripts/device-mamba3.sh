@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Mamba-3 official parity on the GPU device machine, in one command:
+#   1. scripts/mamba3_official_reference.py: random official MambaLMHeadModel(Mamba3) folders + float64 references
+#      (and the official Triton kernels' errors against them) into $MAMBA4J_M3_REFERENCE (default /tmp/m3ref);
+#   2. Mamba3OfficialParityTest (tag gpu) through the JUnit bundle, reading those folders;
+#   3. scripts/bench_official_mamba3.py: the official Triton kernels' training step and prefill times.
+# Logs, the error JSONs and the JUnit reports land under $OUT.
+#
+# Here, first:  bash scripts/official_mamba3_sources.sh /path/to/bare/state-spaces/mamba.git   (third_party/, ignored)
+#               mvn -q install -DskipTests && /work/shared/device/make-bundle.sh .device mamba-api
+# Device run:   carry [".device", "third_party"], command: bash scripts/device-mamba3.sh
+# Env: M3_SKIP_BENCH=1 skips step 3; M3_BENCH_CASES="train-768x24-T2048 ..." picks benchmark cases.
+set -uo pipefail
+OUT=${OUT:-/tmp/m3-out}
+mkdir -p "$OUT"
+export PYTHONPATH=third_party/official-mamba${PYTHONPATH:+:$PYTHONPATH}
+export MAMBA4J_M3_REFERENCE=${MAMBA4J_M3_REFERENCE:-/tmp/m3ref}
+status=0
+
+echo "== 1. official float64 references -> $MAMBA4J_M3_REFERENCE"
+python3 scripts/mamba3_official_reference.py "$MAMBA4J_M3_REFERENCE" 2>&1 | tee "$OUT/m3-reference.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+mkdir -p "$OUT/m3-official-errors"
+for f in "$MAMBA4J_M3_REFERENCE"/official_errors.json "$MAMBA4J_M3_REFERENCE"/*/official_errors.json; do
+  [ -f "$f" ] && cp "$f" "$OUT/m3-official-errors/$(basename "$(dirname "$f")")-$(basename "$f")"
+done
+
+echo "== 2. Mamba3OfficialParityTest"
+if [ -f .device/run.sh ]; then
+  bash .device/run.sh tests --include-tag gpu --include-classname '.*Mamba3OfficialParity.*' 2>&1 | tee "$OUT/m3-parity.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+  echo "no .device/run.sh: build the bundle here and carry .device" | tee "$OUT/m3-parity.log"
+  status=1
+fi
+
+if [ "${M3_SKIP_BENCH:-0}" != 1 ]; then
+  echo "== 3. official Mamba-3 Triton benchmark"
+  # shellcheck disable=SC2086
+  python3 scripts/bench_official_mamba3.py ${M3_BENCH_CASES:-} --json "$OUT/m3-official-bench.json" 2>&1 \
+    | tee "$OUT/m3-official-bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+exit $status
