@@ -11,6 +11,10 @@ CASEs (default: all): train-768x24-T2048, train-768x24-T256, train-2048x48-T2048
 - prefill-DxL: backbone prefill of T = 4096 tokens, batch 1, bf16 weights, no grad, with the inference cache
   (every layer's final angle/ssm/k/v state written, as generation's prefill does).
 Median of N (default 10, --iters) after 3 warm-ups, CUDA events. Prints a table and a JSON line.
+Triton autotuning runs in the first warm-up: the official spaces (9 to 81 configurations per kernel) cost minutes
+of compiling on a fresh machine (reported as warmup_s). --tune one limits every kernel to one configuration
+(num_stages 1, 4 warps, CHUNK_SIZE 64) for a quick look; such figures are marked untuned and are not the official
+baseline.
 """
 import json
 import math
@@ -40,6 +44,7 @@ CASES = {
     "prefill-1024x48": ("prefill", 1024, 48, 1, 4096),
     "prefill-2048x48": ("prefill", 2048, 48, 1, 4096),
 }
+TUNED = True
 PEAK_BF16 = 780e12  # measured bf16 matmul rate on this H200 (shared/device/README.md)
 
 
@@ -56,9 +61,12 @@ def build(d_model, n_layer, dtype):
 
 
 def timed(fn, iters, warmup=3):
+    import time
+    t0 = time.time()
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    warm = time.time() - t0
     times = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -67,7 +75,7 @@ def timed(fn, iters, warmup=3):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return statistics.median(times), min(times), max(times)
+    return statistics.median(times), min(times), max(times), warm
 
 
 def bench(case, iters):
@@ -95,14 +103,28 @@ def bench(case, iters):
         def step():
             model.backbone(ids, inference_params=_InferenceParams())
         flops_per_token = 2 * sum(p.numel() for n, p in model.named_parameters() if "embedding" not in n)
-    med, lo, hi = timed(step, iters)
+    med, lo, hi, warm = timed(step, iters)
     floor_ms = flops_per_token * B * T / PEAK_BF16 * 1e3
     params = sum(p.numel() for p in model.parameters())
     del model
     torch.cuda.empty_cache()
     return {"case": case, "kind": kind, "d_model": D, "n_layer": L, "batch": B, "seq": T, "params": params,
             "median_ms": med, "min_ms": lo, "max_ms": hi, "tokens_per_s": B * T / med * 1e3,
-            "matmul_floor_ms": floor_ms, "floor_fraction": floor_ms / med}
+            "matmul_floor_ms": floor_ms, "floor_fraction": floor_ms / med, "warmup_s": warm, "tuned": TUNED}
+
+
+def one_config_per_kernel():
+    global TUNED
+    TUNED = False
+    import importlib
+    from triton.runtime.autotuner import Autotuner
+    names = ["mamba_ssm.ops.triton.layer_norm", "mamba_ssm.ops.triton.layernorm_gated"] + [
+        "mamba_ssm.ops.triton.mamba3." + m for m in ("angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step")]
+    for name in names:
+        for obj in vars(importlib.import_module(name)).values():
+            if isinstance(obj, Autotuner) and len(obj.configs) > 1:
+                obj.configs = [min(obj.configs, key=lambda c: (c.kwargs.get("CHUNK_SIZE", 64) != 64, c.num_stages != 1,
+                                                                c.num_warps != 4, getattr(c, "maxnreg", None) is not None))]
 
 
 def main(argv):
@@ -111,6 +133,10 @@ def main(argv):
     while i < len(argv):
         if argv[i] == "--iters":
             iters = int(argv[i + 1]); i += 2
+        elif argv[i] == "--tune":
+            if argv[i + 1] == "one":
+                one_config_per_kernel()
+            i += 2
         elif argv[i] == "--json":
             out_json = argv[i + 1]; i += 2
         else:
@@ -126,15 +152,15 @@ def main(argv):
             torch.cuda.empty_cache()
         rows.append(r)
         print(json.dumps(r), flush=True)
-    print("\n| case | B×T | params | median ms | min–max ms | tokens/s | bf16 matmul floor ms (fraction) |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| case | B×T | params | median ms | min–max ms | tokens/s | bf16 matmul floor ms (fraction) | warm-up s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['case']} | | | {r['error']} | | | |")
             continue
         print(f"| {r['case']} | {r['batch']}×{r['seq']} | {r['params'] / 1e6:.1f} M | {r['median_ms']:.1f} | "
               f"{r['min_ms']:.1f}–{r['max_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
-              f"{r['matmul_floor_ms']:.1f} ({r['floor_fraction']:.0%}) |")
+              f"{r['matmul_floor_ms']:.1f} ({r['floor_fraction']:.0%}) | {r['warmup_s']:.0f}{'' if r['tuned'] else ' (untuned)'} |")
     print("JSON " + json.dumps(rows))
     if out_json:
         with open(out_json, "w") as f:

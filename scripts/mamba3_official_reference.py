@@ -36,6 +36,7 @@ import json
 import math
 import os
 import sys
+import time
 import types
 from dataclasses import asdict
 
@@ -57,6 +58,7 @@ import mamba_ssm.modules.mamba3 as m3mod  # noqa: E402
 import mamba_ssm.ops.triton.layer_norm as ln  # noqa: E402
 import mamba_ssm.ops.triton.layernorm_gated as lng  # noqa: E402
 from mamba_ssm.ops.triton.mamba3.mamba3_siso_step import mamba3_siso_step  # noqa: E402
+import tests.ops.triton.test_mamba3_siso as testmod  # noqa: E402
 from tests.ops.triton.test_mamba3_siso import mamba3_siso_fwd_ref, mamba3_siso_step_ref  # noqa: E402
 
 BATCH, STEPS, PROMPT = 2, 96, 80   # 80 = one full chunk of 64 and part of the next
@@ -74,6 +76,7 @@ _ORIG_COMBINED = m3mod.mamba3_siso_combined
 _ORIG_RMS = ln.RMSNorm.forward
 _ORIG_GATED = lng.RMSNorm.forward
 _ORIG_TORCH = m3mod.torch
+_ORIG_TEST_TORCH = testmod.torch
 CTX = {"impl": "triton", "layer": None, "carry": None, "finals": {}}
 
 
@@ -108,7 +111,8 @@ def _dispatch(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, In
 
 
 class _TorchF64(types.ModuleType):
-    """The official module's `torch` with float32 read as float64 (its A and angle casts stay in float64)."""
+    """`torch` with float32 read as float64, for the official module (its A and angle casts) and the official step
+    reference (its zero states and its cast of an incoming SSM state) while the float64 reference runs."""
 
     def __getattr__(self, name):
         return torch.float64 if name == "float32" else getattr(torch, name)
@@ -119,6 +123,7 @@ def use(impl):
     CTX["impl"] = impl
     ref_norms = impl in ("ref64", "chunkref32")
     m3mod.torch = _TorchF64("torch") if impl == "ref64" else _ORIG_TORCH
+    testmod.torch = _TorchF64("torch") if impl == "ref64" else _ORIG_TEST_TORCH
     if ref_norms:
         ln.RMSNorm.forward = lambda self, x, residual=None, prenorm=False, residual_in_fp32=False: ln.rms_norm_ref(
             x, self.weight, self.bias, residual=residual, eps=self.eps, prenorm=prenorm, upcast=False)
@@ -131,6 +136,28 @@ def use(impl):
 
 
 m3mod.mamba3_siso_combined = _dispatch
+
+
+def one_config_per_kernel():
+    """Limits every official Triton autotuner to one launch configuration (num_stages 1, 4 warps, no register cap,
+    CHUNK_SIZE 64 where the configuration sets it). The official spaces hold 9 to 81 configurations per kernel, and
+    compiling them all costs minutes of device time per head-dim combination; launch settings do not change the
+    arithmetic (CHUNK_SIZE 64 is the module's own chunk). MAMBA4J_M3_FULL_AUTOTUNE=1 keeps the official spaces."""
+    import importlib
+    from triton.runtime.autotuner import Autotuner
+    names = ["mamba_ssm.ops.triton.layer_norm", "mamba_ssm.ops.triton.layernorm_gated"] + [
+        "mamba_ssm.ops.triton.mamba3." + m for m in ("angle_dt", "mamba3_siso_fwd", "mamba3_siso_bwd", "mamba3_siso_step")]
+    for name in names:
+        for obj in vars(importlib.import_module(name)).values():
+            if isinstance(obj, Autotuner) and len(obj.configs) > 1:
+                def score(c):
+                    return (c.kwargs.get("CHUNK_SIZE", 64) != 64, c.num_stages != 1, c.num_warps != 4,
+                            getattr(c, "maxnreg", None) is not None, c.num_warps)
+                obj.configs = [min(obj.configs, key=score)]
+
+
+if os.environ.get("MAMBA4J_M3_FULL_AUTOTUNE") != "1":
+    one_config_per_kernel()
 
 
 def hook_layers(model):
@@ -256,6 +283,7 @@ def grad_errs(got, ref):
 
 
 def main(out):
+    t0 = time.time()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
@@ -281,7 +309,8 @@ def main(out):
             states = dict(CTX["finals"])
         g64 = grads(ref, ids, R)
         selfcheck = err(dec, logits[:, PROMPT:])
-        print(f"{name}: float64 reference: decode vs forward rel L2 {selfcheck['rel_l2']:.1e}", flush=True)
+        print(f"{name}: float64 reference: decode vs forward rel L2 {selfcheck['rel_l2']:.1e} "
+              f"({time.time() - t0:.0f} s)", flush=True)
 
         tensors = {"input_ids": ids.double(), "logits": logits, "decode_logits": dec, "grad_proj": R}
         for l, (ang, ssm, k, v) in states.items():
@@ -304,6 +333,8 @@ def main(out):
             except Exception as e:  # noqa: BLE001 - an official kernel refusing a shape is a result too
                 rows[row] = {"error": {"rel_l2": float("nan"), "max_abs": float("nan"), "what": repr(e)[:300]}}
                 print(f"{name}: {row}: {e!r}", flush=True)
+            else:
+                print(f"{name}: {row} done ({time.time() - t0:.0f} s)", flush=True)
             finally:
                 use("triton")
                 CTX["carry"] = None
