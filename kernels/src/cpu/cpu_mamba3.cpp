@@ -52,7 +52,7 @@ void validateScan(const char* op, const Mamba3ScanArgs& s) {
     if (s.ldproj < s.projWidth())
         fail(o + ": ldproj = " + str(s.ldproj) + " is less than the in_proj width " + str(s.projWidth()));
     if (s.ldout < s.dInner()) fail(o + ": ldout = " + str(s.ldout) + " is less than nheads·headdim = " + str(s.dInner()));
-    if (s.batch > 1 && s.state_stride < s.stateSize())
+    if (s.state && s.batch > 1 && s.state_stride < s.stateSize())
         fail(o + ": state_stride = " + str(s.state_stride) + " is less than the row state size " + str(s.stateSize()));
     if (!s.proj || !s.dt_bias || !s.b_bias || !s.c_bias || !s.b_norm || !s.c_norm || !s.d_skip)
         fail(o + ": proj, dt_bias, b_bias, c_bias, b_norm, c_norm and d_skip must all be given");
