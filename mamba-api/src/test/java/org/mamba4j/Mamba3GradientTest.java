@@ -95,6 +95,34 @@ class Mamba3GradientTest {
         System.out.println("Mamba-3 CPU gradients vs double reference, " + k.name + ":\n  " + String.join("\n  ", report));
     }
 
+    /** Forward outputs, every gradient and the input gradient are bit-identical on 1 and 3 CPU threads. */
+    @Test
+    void gradientsAreBitIdenticalForAnyThreadCount() {
+        Case k = cases().get(0);
+        int threads = org.mamba4j.nativ.global.libmamba.cpuThreads();
+        List<List<float[]>> runs = new ArrayList<>();
+        try {
+            for (int n : new int[] {1, 3}) {
+                Random rng = new Random(SEED + 3);
+                try (MambaModel model = Mamba3ReferenceTest.model(k.c, k.inputDim, 0, false, rng);
+                     Trainer t = Trainer.builder(model).batch(3).seqLen(k.T).threads(n).build()) {
+                    int w = model.inputWidth();
+                    t.burnIn(TestUtil.random(rng, 3 * 2 * w, 1), 2);
+                    List<float[]> out = new ArrayList<>();
+                    out.add(t.forward(TestUtil.random(rng, 3 * k.T * w, 1)));
+                    t.backward(TestUtil.random(rng, 3 * k.T * k.c.dModel(), 1), BackwardOptions.accumulate());
+                    for (String name : model.parameterNames()) out.add(t.gradient(name));
+                    out.add(t.inputGradient());
+                    runs.add(out);
+                }
+            }
+        } finally {
+            org.mamba4j.nativ.global.libmamba.setCpuThreads(threads);
+        }
+        for (int i = 0; i < runs.get(0).size(); i++)
+            assertArrayEquals(runs.get(0).get(i), runs.get(1).get(i), "item " + i + " differs between 1 and 3 threads");
+    }
+
     private static final Mamba3Config TASK = Mamba3Config.builder().dModel(16).dState(8).headdim(8).layers(1).build();
     private static final int V = 4, TB = 8, TT = 16, LAG = 1;
 
@@ -104,7 +132,10 @@ class Mamba3GradientTest {
                 .adamW(AdamW.ofLearningRate(1e-2).weightDecay(0.01)).build();
     }
 
-    /** "Recall the previous token" with a cross-entropy head: AdamW lowers the evaluation loss well below ln 4. */
+    /**
+     * "Recall the previous token" with a cross-entropy head: 150 AdamW steps take the evaluation loss from about
+     * ln 4 to below 0.05 with > 99% accuracy (measured: 1.48 → 0.0012, 100%).
+     */
     @Test
     void adamWLearnsATinyRecallTask() {
         Random rng = new Random(SEED + 1);
@@ -122,7 +153,7 @@ class Mamba3GradientTest {
             TrainerLearningTest.lagRecallBatch(new Random(7), x, y, TB, TT, V, LAG);
             StepResult after = t.evaluateCrossEntropy(x, y);
             System.out.println("Mamba-3 lag-1 recall: before " + before + ", last step " + last + ", after " + after);
-            assertTrue(after.loss() < 0.25 * before.loss() && after.accuracy() > 0.9,
+            assertTrue(before.loss() > 1 && after.loss() < 0.05 && after.accuracy() > 0.99,
                     "lag-1 recall after 150 steps: before " + before + ", after " + after);
         }
     }

@@ -121,13 +121,20 @@ class Mamba3StepTest {
         return d;
     }
 
-    /** Asserts every row of the model state is within tolerance of the reference state. */
-    static void assertState(String what, Mamba3Reference ref, MambaState s, double[][] want, double stateTol, double angleTol) {
+    /**
+     * Asserts every row of the model state is within tolerance of the reference state; returns the worst
+     * {rel L2 of S, K, V; circular angle distance} over the rows.
+     */
+    static double[] assertState(String what, Mamba3Reference ref, MambaState s, double[][] want, double stateTol, double angleTol) {
+        double[] worst = new double[2];
         for (int b = 0; b < s.batch(); b++) {
             double[] e = ref.stateError(s.readRow(b), want[b]);
             assertTrue(e[0] < stateTol && e[1] < angleTol,
                     what + ": state row " + b + " rel L2 " + e[0] + " (S, K, V), max angle distance " + e[1] + " rad");
+            worst[0] = Math.max(worst[0], e[0]);
+            worst[1] = Math.max(worst[1], e[1]);
         }
+        return worst;
     }
 
     /** The worst relative L2 error of one position's output over all (b, t) of [B, T, w]. */
@@ -164,8 +171,8 @@ class Mamba3StepTest {
                     worst = Math.max(worst, e);
                     assertTrue(e < OUT_TOL, sh.name + ": step " + t + " rel L2 " + e);
                 }
-                assertState(sh.name + " after " + steps + " steps", ref, s, rs, STATE_TOL, ANGLE_TOL);
-                report.add(String.format("%-70s worst step rel L2 %.2e", sh.name, worst));
+                double[] es = assertState(sh.name + " after " + steps + " steps", ref, s, rs, STATE_TOL, ANGLE_TOL);
+                report.add(String.format("%-70s worst step rel L2 %.2e; state %.2e, angles %.2e rad", sh.name, worst, es[0], es[1]));
             }
         }
         System.out.println("Mamba-3 CPU steps vs double reference:\n  " + String.join("\n  ", report));
@@ -198,7 +205,7 @@ class Mamba3StepTest {
                         String what = sh.name + ", T " + T;
                         assertTrue(all < OUT_TOL && worst < OUT_TOL,
                                 what + ": forward vs reference rel L2 " + all + ", worst position " + worst);
-                        assertState(what + ", forward", ref, sf, rs, STATE_TOL, ANGLE_TOL);
+                        double[] es = assertState(what + ", forward", ref, sf, rs, STATE_TOL, ANGLE_TOL);
 
                         float[] last = m.prefill(sp, x, T);
                         double ep = TestUtil.relL2(last, slice(y, B, T, o, T - 1, 1));
@@ -213,7 +220,8 @@ class Mamba3StepTest {
                             }
                             assertTrue(worstStep < SAME_TOL, what + ": steps vs forward, worst rel L2 " + worstStep);
                         }
-                        report.add(String.format("%-70s T %3d  forward rel L2 %.2e, worst position %.2e", sh.name, T, all, worst));
+                        report.add(String.format("%-70s T %3d  forward rel L2 %.2e, worst position %.2e; state %.2e, angles %.2e rad",
+                                sh.name, T, all, worst, es[0], es[1]));
                     }
                 }
             }
