@@ -219,7 +219,7 @@ class OfficialFolderTest {
         assertEquals(8, OfficialFolder.padMultiple(50277, 50280));
         assertEquals(8, OfficialFolder.padMultiple(56, 56));
         assertEquals(1, OfficialFolder.padMultiple(55, 55));
-        assertEquals(10, OfficialFolder.padMultiple(50, 60));
+        assertEquals(12, OfficialFolder.padMultiple(50, 60));  // the smallest m with ⌈50/m⌉·m = 60
         assertEquals(60, OfficialFolder.padMultiple(1, 60));
     }
 

@@ -63,6 +63,7 @@ public final class SelectiveCopying implements Callable<Integer> {
     int tokens = 8;
     @Option(names = "--symbols", description = "Distinct data symbols, default ${DEFAULT-VALUE}.")
     int symbols = 8;
+    @CommandLine.Spec CommandLine.Model.CommandSpec spec;  // injected by picocli: usage errors print where the command line prints
     @Option(names = "--arch", paramLabel = "mamba1|mamba3", description = "Architecture of the blocks, default ${DEFAULT-VALUE}.")
     String arch = "mamba1";
     @Option(names = "--d-state", description = "State size (per channel for Mamba-1, per head for Mamba-3), default ${DEFAULT-VALUE}.")
@@ -103,7 +104,7 @@ public final class SelectiveCopying implements Callable<Integer> {
 
     @Override
     public Integer call() throws java.io.IOException {
-        if (tokens < 1 || tokens > length) throw new CommandLine.ParameterException(new CommandLine(this),
+        if (tokens < 1 || tokens > length) throw new CommandLine.ParameterException(spec.commandLine(),
                 "--tokens must be in [1, --length]");
         blank = 0;
         marker = symbols + 1;
@@ -176,7 +177,7 @@ public final class SelectiveCopying implements Callable<Integer> {
      * width, depth and state size with {@code --headdim} channels per head.
      */
     ModelConfig config() {
-        CommandLine cli = new CommandLine(this);
+        CommandLine cli = spec != null ? spec.commandLine() : new CommandLine(this);
         try {
             switch (arch.toLowerCase(Locale.ROOT)) {
                 case "mamba1":
