@@ -29,6 +29,9 @@ import org.mamba4j.ModelConfig;
  *       tie_embeddings} (true), {@code pad_vocab_size_multiple} (8), {@code residual_in_fp32}.
  * </ul>
  *
+ * <p>A state-spaces config whose {@code ssm_cfg.layer} is {@code "Mamba3"} is a Mamba-3 model: it is refused here
+ * with a pointer to {@link Mamba3LMConfig}, which reads it ({@link MambaLM#fromPretrained} picks the right reader).
+ *
  * <p>{@link #paddedVocab()} is the number of rows of the embedding (and of the LM head) stored in the
  * checkpoint. {@code mamba_ssm} pads {@code vocab_size} up to a multiple of {@code
  * pad_vocab_size_multiple} (50277 → 50280); transformers uses {@code vocab_size} as it is (the
