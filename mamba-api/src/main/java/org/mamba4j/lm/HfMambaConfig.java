@@ -26,7 +26,8 @@ import org.mamba4j.ModelConfig;
  *       of both keys above: {@code d_model}, {@code n_layer}, {@code vocab_size} (required); {@code
  *       ssm_cfg} {d_state (16), d_conv (4), expand (2), dt_rank ("auto"), conv_bias (true), bias
  *       (false)}, {@code rms_norm} (true; false is rejected), {@code norm_epsilon} (1e-5), {@code
- *       tie_embeddings} (true), {@code pad_vocab_size_multiple} (8), {@code residual_in_fp32}.
+ *       tie_embeddings} (true), {@code pad_vocab_size_multiple} (8), {@code residual_in_fp32}, {@code
+ *       d_intermediate} (0; a gated MLP is rejected).
  * </ul>
  *
  * <p>A state-spaces config whose {@code ssm_cfg.layer} is {@code "Mamba3"} is a Mamba-3 model: it is refused here
@@ -249,6 +250,11 @@ public record HfMambaConfig(
         JsonNode attn = k.root.get("attn_layer_idx");
         if (attn != null && !attn.isNull() && !(attn.isArray() && attn.isEmpty())) {
             throw k.fail("'attn_layer_idx' is set: hybrid models with attention layers are not supported");
+        }
+        int dIntermediate = k.optInt("d_intermediate", 0, 0, Integer.MAX_VALUE);
+        if (dIntermediate != 0) {
+            throw k.fail("'d_intermediate' is " + dIntermediate + ": the gated MLP after each mixer is not supported"
+                    + " (only d_intermediate = 0)");
         }
 
         JsonKeys ssm = k.child("ssm_cfg");
