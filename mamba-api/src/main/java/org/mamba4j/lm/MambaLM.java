@@ -81,7 +81,9 @@ public final class MambaLM implements AutoCloseable {
      * is stored under {@code lm_head.weight} as well, as the official state dict lists it). The folder is created
      * if needed. Each file is written atomically (temporary file + rename), the weights first. The tokenizer is not
      * written: copy {@code tokenizer.json} next to the files to keep it. {@link #fromPretrained} reads the folder
-     * back with the same weights, bit for bit.
+     * back with the same weights, bit for bit. In Python, {@code MambaLMHeadModel(MambaConfig(**json.load(f)))}
+     * builds the model and {@code model.load_state_dict(safetensors.torch.load_file("model.safetensors"))} fills it
+     * ({@code mamba_ssm}'s own {@code from_pretrained} reads {@code pytorch_model.bin} instead).
      *
      * @throws IllegalStateException when the block norm epsilon is not the official 1e-5 ({@code MambaConfig} has
      *     no field for it: save with {@link MambaModel#save} instead), or the model is closed
