@@ -15,6 +15,7 @@ import java.util.Map;
 import org.mamba4j.CheckpointException;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
+import org.mamba4j.InvalidConfigException;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.ModelConfig;
@@ -67,8 +68,12 @@ final class HfCheckpoint implements AutoCloseable {
             HfMambaConfig c = HfMambaConfig.read(configFile);
             this.config = c;
             this.mamba3 = null;
-            this.modelConfig = Mamba1Config.builder().dModel(c.dModel()).dState(c.dState()).dConv(c.dConv()).expand(c.expand())
-                    .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
+            try {
+                this.modelConfig = Mamba1Config.builder().dModel(c.dModel()).dState(c.dState()).dConv(c.dConv()).expand(c.expand())
+                        .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
+            } catch (InvalidConfigException e) {  // a combination beyond libmamba's limits, e.g. expand × d_model
+                throw new CheckpointException(configFile + ": " + e.getMessage(), e);
+            }
             this.vocabSize = c.vocabSize();
             this.paddedVocab = c.paddedVocab();
             this.tie = c.tieEmbeddings();
