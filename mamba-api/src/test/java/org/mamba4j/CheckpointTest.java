@@ -154,8 +154,11 @@ class CheckpointTest {
         }), "shape");
         assertRejected(rewrite("nan", meta, entries, l -> l.get(0).data()[0] = Float.NaN), "non-finite");
         Map<String, String> arch = new LinkedHashMap<>(meta);
-        arch.put("arch", "mamba3");
+        arch.put("arch", "mamba9");
         assertRejected(rewrite("arch", arch, entries, l -> {}), "architecture");
+        Map<String, String> otherArch = new LinkedHashMap<>(meta);  // a Mamba-1 config under the Mamba-3 tag
+        otherArch.put("arch", "mamba3");
+        assertRejected(rewrite("arch3", otherArch, entries, l -> {}), "'headdim' is missing");
         Map<String, String> cfg = new LinkedHashMap<>(meta);
         cfg.put("config", "{\"d_model\": -4}");
         assertRejected(rewrite("cfg", cfg, entries, l -> {}), "config");

@@ -17,7 +17,8 @@ final class ModelOptions {
     CommandSpec spec;
 
     @Option(names = {"-m", "--model"}, required = true, paramLabel = "DIR",
-            description = "HuggingFace Mamba folder: config.json, model.safetensors (or a sharded index), tokenizer.json")
+            description = "Model folder: config.json, model.safetensors (or a sharded index), tokenizer.json; Mamba-1 (HuggingFace"
+                    + " or state-spaces layout) or Mamba-3 (state-spaces layout)")
     Path model;
 
     @Option(names = "--device", paramLabel = "cpu|cuda[:N]", defaultValue = "cpu",

@@ -1,15 +1,22 @@
 package org.mamba4j.cli;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.PrintWriter;
 import java.io.StringWriter;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.mamba4j.DType;
+import org.mamba4j.Device;
+import org.mamba4j.Mamba3Config;
 import org.mamba4j.MambaModel;
+import org.mamba4j.lm.MambaLM;
 
 /** The CLI end to end on a tiny HF-format folder made here (config.json + safetensors, no tokenizer needed for info/convert). */
 class MambaCliTest {
@@ -21,9 +28,10 @@ class MambaCliTest {
         System.setProperty("ENGINE_CACHE_DIR", Path.of("target", "djl-cache").toAbsolutePath().toString());
         model = TinyModelFolder.write(dir.resolve("tiny"), false);
         withTokenizer = TinyModelFolder.write(dir.resolve("tiny-tok"), true);
+        mamba3 = TinyModelFolder.writeMamba3(dir.resolve("tiny-m3"), true);
     }
 
-    static Path withTokenizer;
+    static Path withTokenizer, mamba3;
 
     @Test
     void generateStreamsTextFromAFolder() {
@@ -48,6 +56,55 @@ class MambaCliTest {
         String out = run(0, "info", "--model", model.toString())[0];
         assertTrue(out.contains("d_model:      16"), out);
         assertTrue(out.contains("vocab:        8"), out);
+        assertTrue(out.contains("architecture: mamba1"), out);
+    }
+
+    @Test
+    void infoDescribesAMamba3Folder() {
+        String out = run(0, "info", "--model", mamba3.toString())[0];
+        assertTrue(out.contains("Mamba-3"), out);
+        assertTrue(out.contains("architecture: mamba3"), out);
+        assertTrue(out.contains("d_model:      16"), out);
+        assertTrue(out.contains("heads:        4 x headdim 8"), out);
+        assertTrue(out.contains("vocab:        8 (padded to 8)"), out);
+        assertTrue(out.contains("tokenizer:    tokenizer.json"), out);
+        try (MambaLM lm = MambaLM.fromPretrained(mamba3, Device.cpu(), DType.F32)) {
+            assertTrue(out.contains(String.format("parameters:   %,d ", lm.model().parameterCount())), out);
+        }
+    }
+
+    @Test
+    void convertHandlesMamba3FoldersBothWays() {
+        Path file = dir.resolve("m3.safetensors");
+        run(0, "convert", "--model", mamba3.toString(), "--output", file.toString());
+        try (MambaModel m = MambaModel.load(file)) {
+            assertInstanceOf(Mamba3Config.class, m.config());
+            assertEquals(8, m.vocabSize());
+        }
+        Path official = dir.resolve("m3-official");
+        run(0, "convert", "--model", mamba3.toString(), "--output", official.toString(), "--format", "official");
+        assertTrue(Files.isRegularFile(official.resolve("tokenizer.json")), "tokenizer copied along");
+        try (MambaLM a = MambaLM.fromPretrained(mamba3, Device.cpu(), DType.F32);
+             MambaLM b = MambaLM.fromPretrained(official, Device.cpu(), DType.F32)) {
+            assertEquals(a.model().config(), b.model().config());
+            for (String n : a.model().parameterNames()) assertArrayEquals(a.model().getParameter(n), b.model().getParameter(n), n);
+        }
+        // a Mamba-1 HuggingFace folder converts into the official state-spaces layout, too
+        Path m1 = dir.resolve("m1-official");
+        run(0, "convert", "--model", model.toString(), "--output", m1.toString(), "--format", "official");
+        assertTrue(run(0, "info", "--model", m1.toString())[0].contains("architecture: mamba1"));
+        assertTrue(run(2, "convert", "--model", model.toString(), "--output", m1.toString(), "--format", "onnx")[1]
+                .contains("--format must be"));
+    }
+
+    /** Generation from a Mamba-3 folder (needs the Mamba-3 forward kernels). */
+    @Test
+    void generateFromAMamba3Folder() {
+        String[] r = run(0, "generate", "--model", mamba3.toString(), "--prompt", "hello world", "-n", "5", "--seed", "2",
+                "--temperature", "0.7");
+        assertTrue(r[0].startsWith("hello world"), r[0]);
+        assertEquals(r[0], run(0, "generate", "--model", mamba3.toString(), "--prompt", "hello world", "-n", "5", "--seed", "2",
+                "--temperature", "0.7")[0], "same seed, same text");
     }
 
     @Test

@@ -15,31 +15,70 @@ import java.util.Map;
 import org.mamba4j.CheckpointException;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
+import org.mamba4j.InvalidConfigException;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
+import org.mamba4j.ModelConfig;
 import org.mamba4j.io.SafeTensorsFile;
 import org.mamba4j.io.StoredDType;
 import org.mamba4j.io.TensorInfo;
 
 /**
- * Reads a HuggingFace {@code MambaForCausalLM} folder (state-spaces/mamba-*-hf or save_pretrained output):
- * config.json plus model.safetensors or a sharded model.safetensors.index.json. Every tensor's name,
- * shape and dtype is checked before the first weight is copied; the vocabulary is zero-padded up to
- * the padded size; a tied head ignores any stored lm_head.weight.
+ * Reads a language-model folder: config.json plus model.safetensors or a sharded model.safetensors.index.json.
+ * Two kinds of folder, told apart by config.json: a Mamba-1 model in the HuggingFace {@code MambaForCausalLM} or
+ * state-spaces layout ({@link HfMambaConfig}), or a Mamba-3 SISO model in the official state-spaces layout
+ * ({@code ssm_cfg.layer = "Mamba3"}, {@link Mamba3LMConfig}). Every tensor's name, shape and dtype is checked
+ * before the model is allocated; the vocabulary is zero-padded up to the padded size; a tied head ignores any
+ * stored lm_head.weight.
  */
 final class HfCheckpoint implements AutoCloseable {
     private static final long MAX_INDEX_BYTES = 64L << 20;
     /** One mapper for every load: a new ObjectMapper costs ~1 MB of allocation, more than a small index. */
     private static final ObjectMapper INDEX_JSON = new ObjectMapper();
     private final Path dir;
+    /** The Mamba-1 description, or null for a Mamba-3 folder. */
     final HfMambaConfig config;
+    /** The Mamba-3 description, or null for a Mamba-1 folder. */
+    final Mamba3LMConfig mamba3;
+    /** The architecture of the blocks. */
+    final ModelConfig modelConfig;
+    /** The real vocabulary (config.json's vocab_size). */
+    final int vocabSize;
+    private final int paddedVocab;
+    private final boolean tie;
+    /** Whether conv1d.bias may be absent (Mamba-1 with use_conv_bias false): then it is zeros. */
+    private final boolean convBiasOptional;
     private final List<SafeTensorsFile> shards = new ArrayList<>();
     private final Map<String, SafeTensorsFile> byName = new LinkedHashMap<>();
 
     private HfCheckpoint(Path dir) {
         this.dir = dir;
         if (!Files.isDirectory(dir)) throw new CheckpointException("not a model folder: " + dir);
-        this.config = HfMambaConfig.read(dir.resolve("config.json"));
+        Path configFile = dir.resolve("config.json");
+        if (Mamba3LMConfig.isMamba3(configFile)) {
+            Mamba3LMConfig m3 = Mamba3LMConfig.read(configFile);
+            this.config = null;
+            this.mamba3 = m3;
+            this.modelConfig = m3.config();
+            this.vocabSize = m3.vocabSize();
+            this.paddedVocab = m3.paddedVocab();
+            this.tie = m3.tieEmbeddings();
+            this.convBiasOptional = false;
+        } else {
+            HfMambaConfig c = HfMambaConfig.read(configFile);
+            this.config = c;
+            this.mamba3 = null;
+            try {
+                this.modelConfig = Mamba1Config.builder().dModel(c.dModel()).dState(c.dState()).dConv(c.dConv()).expand(c.expand())
+                        .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
+            } catch (InvalidConfigException e) {  // a combination beyond libmamba's limits, e.g. expand × d_model
+                throw new CheckpointException(configFile + ": " + e.getMessage(), e);
+            }
+            this.vocabSize = c.vocabSize();
+            this.paddedVocab = c.paddedVocab();
+            this.tie = c.tieEmbeddings();
+            this.convBiasOptional = !c.useConvBias();
+        }
         try {
             Path single = dir.resolve("model.safetensors"), index = dir.resolve("model.safetensors.index.json");
             if (Files.isRegularFile(single)) {
@@ -119,10 +158,7 @@ final class HfCheckpoint implements AutoCloseable {
 
     /** Builds the model, validates every tensor, then copies them in; the model is closed on any failure. */
     MambaModel load(Device device, DType dtype, LoadListener listener) {
-        HfMambaConfig c = config;
-        Mamba1Config mc = Mamba1Config.builder().dModel(c.dModel()).dState(c.dState()).dConv(c.dConv()).expand(c.expand())
-                .dtRank(c.dtRank()).layers(c.nLayers()).normEps(c.normEps()).build();
-        MambaModel.Builder builder = MambaModel.builder(mc).vocabSize(c.paddedVocab()).tieEmbeddings(c.tieEmbeddings())
+        MambaModel.Builder builder = MambaModel.builder(modelConfig).vocabSize(paddedVocab).tieEmbeddings(tie)
                 .device(device).dtype(dtype);
         Map<String, long[]> want = builder.parameterShapes();
         Map<String, String> plan = plan(want);
@@ -171,11 +207,10 @@ final class HfCheckpoint implements AutoCloseable {
      * read (null = zeros), after checking every shape and dtype.
      */
     private Map<String, String> plan(Map<String, long[]> want) {
-        HfMambaConfig c = config;
         Map<String, String> plan = new LinkedHashMap<>();
         for (String key : byName.keySet()) {
             String ours = ourName(key);
-            if (ours.equals(LM_HEAD) && c.tieEmbeddings()) continue;  // tied: the embedding is the head
+            if (ours.equals(LM_HEAD) && tie) continue;  // tied: the embedding is the head
             if (!want.containsKey(ours)) throw new CheckpointException(dir + ": unexpected tensor '" + key + "'");
             if (plan.put(ours, key) != null) throw new CheckpointException(dir + ": tensor '" + ours + "' is stored twice");
         }
@@ -183,7 +218,7 @@ final class HfCheckpoint implements AutoCloseable {
             String ours = w.getKey();
             String key = plan.get(ours);
             if (key == null) {
-                if (ours.endsWith(CONV_BIAS_SUFFIX) && !c.useConvBias()) {
+                if (ours.endsWith(CONV_BIAS_SUFFIX) && convBiasOptional) {
                     plan.put(ours, null);
                     continue;
                 }
@@ -196,11 +231,11 @@ final class HfCheckpoint implements AutoCloseable {
             // Vocabulary rows may be stored unpadded (vocab_size rows); we zero-pad them to the padded size.
             boolean vocabRows = ours.equals(EMBEDDING) || ours.equals(LM_HEAD);
             boolean ok = vocabRows
-                    ? shape.length == 2 && shape[1] == expected[1] && shape[0] >= c.vocabSize() && shape[0] <= expected[0]
+                    ? shape.length == 2 && shape[1] == expected[1] && shape[0] >= vocabSize && shape[0] <= expected[0]
                     : Arrays.equals(shape, expected);
             if (!ok)
                 throw new CheckpointException(dir + ": tensor '" + key + "' has shape " + Arrays.toString(shape) + ", expected "
-                        + (vocabRows ? "[" + c.vocabSize() + ".." + expected[0] + ", " + expected[1] + "]" : Arrays.toString(expected)));
+                        + (vocabRows ? "[" + vocabSize + ".." + expected[0] + ", " + expected[1] + "]" : Arrays.toString(expected)));
         }
         // Parameter order of the model, so loading streams in a predictable sequence.
         Map<String, String> ordered = new LinkedHashMap<>();

@@ -1,14 +1,7 @@
 package org.mamba4j.lm;
 
-import com.fasterxml.jackson.core.JsonParser;
-import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.Locale;
 import java.util.Objects;
 import org.mamba4j.CheckpointException;
 import org.mamba4j.InvalidConfigException;
@@ -33,8 +26,12 @@ import org.mamba4j.ModelConfig;
  *       of both keys above: {@code d_model}, {@code n_layer}, {@code vocab_size} (required); {@code
  *       ssm_cfg} {d_state (16), d_conv (4), expand (2), dt_rank ("auto"), conv_bias (true), bias
  *       (false)}, {@code rms_norm} (true; false is rejected), {@code norm_epsilon} (1e-5), {@code
- *       tie_embeddings} (true), {@code pad_vocab_size_multiple} (8), {@code residual_in_fp32}.
+ *       tie_embeddings} (true), {@code pad_vocab_size_multiple} (8), {@code residual_in_fp32}, {@code
+ *       d_intermediate} (0; a gated MLP is rejected).
  * </ul>
+ *
+ * <p>A state-spaces config whose {@code ssm_cfg.layer} is {@code "Mamba3"} is a Mamba-3 model: it is refused here
+ * with a pointer to {@link Mamba3LMConfig}, which reads it ({@link MambaLM#fromPretrained} picks the right reader).
  *
  * <p>{@link #paddedVocab()} is the number of rows of the embedding (and of the LM head) stored in the
  * checkpoint. {@code mamba_ssm} pads {@code vocab_size} up to a multiple of {@code
@@ -99,12 +96,6 @@ public record HfMambaConfig(
         }
     }
 
-    /** A config.json larger than this is not a config.json. */
-    private static final long MAX_FILE_BYTES = 4L << 20;
-
-    private static final ObjectMapper MAPPER =
-            new ObjectMapper().enable(JsonParser.Feature.STRICT_DUPLICATE_DETECTION);
-
     /** Checks the invariants; {@link #read} and {@link #parse} report violations per key first. */
     public HfMambaConfig {
         check("dModel", dModel, Limits.D_MODEL_MIN, Limits.D_MODEL_MAX);
@@ -144,23 +135,8 @@ public record HfMambaConfig(
      */
     public static HfMambaConfig read(Path configJson) {
         Objects.requireNonNull(configJson, "configJson");
-        Path file = Files.isDirectory(configJson) ? configJson.resolve("config.json") : configJson;
-        if (!Files.isRegularFile(file)) {
-            throw new CheckpointException("model config not found: " + file);
-        }
-        byte[] bytes;
-        try {
-            long size = Files.size(file);
-            if (size > MAX_FILE_BYTES) {
-                throw new CheckpointException(
-                        file + ": " + size + " bytes is too large for a model config.json (at most "
-                                + MAX_FILE_BYTES + ")");
-            }
-            bytes = Files.readAllBytes(file);
-        } catch (IOException e) {
-            throw new CheckpointException(file + ": cannot read model config: " + e.getMessage(), e);
-        }
-        return parse(new String(bytes, StandardCharsets.UTF_8), file.toString());
+        Path file = JsonKeys.configFile(configJson);
+        return parse(JsonKeys.readText(file), file.toString());
     }
 
     /**
@@ -173,24 +149,8 @@ public record HfMambaConfig(
     public static HfMambaConfig parse(String json, String sourceName) {
         Objects.requireNonNull(json, "json");
         String source = sourceName == null ? "config.json" : sourceName;
-        JsonNode root;
-        try {
-            root = MAPPER.readTree(json);
-        } catch (JsonProcessingException e) {
-            throw new CheckpointException(
-                    source + ": not valid JSON: " + e.getOriginalMessage()
-                            + (e.getLocation() == null ? "" : " (line " + e.getLocation().getLineNr()
-                                    + ", column " + e.getLocation().getColumnNr() + ")"),
-                    e);
-        }
-        if (root == null || root.isMissingNode()) {
-            throw new CheckpointException(source + ": empty file, expected a JSON object");
-        }
-        if (!root.isObject()) {
-            throw new CheckpointException(
-                    source + ": expected a JSON object at the top level, got " + kind(root));
-        }
-        Keys keys = new Keys(source, root, "");
+        JsonKeys keys = JsonKeys.parseObject(json, source);
+        JsonNode root = keys.root;
         try {
             if (root.has("model_type") || root.has("hidden_size")) {
                 return parseTransformers(keys);
@@ -206,7 +166,7 @@ public record HfMambaConfig(
         }
     }
 
-    private static HfMambaConfig parseTransformers(Keys k) {
+    private static HfMambaConfig parseTransformers(JsonKeys k) {
         String modelType = k.optString("model_type", "mamba");
         switch (modelType) {
             case "mamba":
@@ -276,7 +236,7 @@ public record HfMambaConfig(
                 convBias);
     }
 
-    private static HfMambaConfig parseStateSpaces(Keys k) {
+    private static HfMambaConfig parseStateSpaces(JsonKeys k) {
         int dModel = k.reqInt("d_model", Limits.D_MODEL_MIN, Limits.D_MODEL_MAX);
         int nLayers = k.reqInt("n_layer", Limits.LAYERS_MIN, Limits.LAYERS_MAX);
         int vocab = k.reqInt("vocab_size", 1, Limits.VOCAB_MAX);
@@ -291,9 +251,18 @@ public record HfMambaConfig(
         if (attn != null && !attn.isNull() && !(attn.isArray() && attn.isEmpty())) {
             throw k.fail("'attn_layer_idx' is set: hybrid models with attention layers are not supported");
         }
+        int dIntermediate = k.optInt("d_intermediate", 0, 0, Integer.MAX_VALUE);
+        if (dIntermediate != 0) {
+            throw k.fail("'d_intermediate' is " + dIntermediate + ": the gated MLP after each mixer is not supported"
+                    + " (only d_intermediate = 0)");
+        }
 
-        Keys ssm = k.child("ssm_cfg");
+        JsonKeys ssm = k.child("ssm_cfg");
         String layer = ssm.optString("layer", "Mamba1");
+        if (layer.equals("Mamba3")) {
+            throw ssm.fail("'layer' is \"Mamba3\": this is a Mamba-3 model, read its config.json with"
+                    + " Mamba3LMConfig.read (MambaLM.fromPretrained and the command line detect it)");
+        }
         if (!layer.equals("Mamba1")) {
             throw ssm.fail("'layer' must be \"Mamba1\", got \"" + layer + "\": only Mamba (v1) mixers are"
                     + " implemented");
@@ -313,136 +282,5 @@ public record HfMambaConfig(
         }
         return new HfMambaConfig(dModel, nLayers, dState, dConv, expand, dInner, dtRank, vocab, pad, eps, tie,
                 convBias);
-    }
-
-    private static String kind(JsonNode n) {
-        if (n.isTextual()) {
-            return "the string " + abbreviate(n.toString());
-        }
-        if (n.isNumber() || n.isBoolean() || n.isNull()) {
-            return n.toString();
-        }
-        return n.getNodeType().toString().toLowerCase(Locale.ROOT) + " " + abbreviate(n.toString());
-    }
-
-    private static String abbreviate(String s) {
-        return s.length() <= 40 ? s : s.substring(0, 37) + "...";
-    }
-
-    /** Typed access to the keys of one JSON object, with messages naming the file and the key. */
-    private static final class Keys {
-        final String source;
-        final JsonNode root;
-        final String prefix;
-
-        Keys(String source, JsonNode root, String prefix) {
-            this.source = source;
-            this.root = root;
-            this.prefix = prefix;
-        }
-
-        CheckpointException fail(String message) {
-            int quote = message.indexOf('\'');
-            String msg = prefix.isEmpty() || quote < 0
-                    ? message
-                    : message.substring(0, quote + 1) + prefix + message.substring(quote + 1);
-            return new CheckpointException(source + ": " + msg);
-        }
-
-        Keys child(String key) {
-            JsonNode n = root.get(key);
-            if (n == null || n.isNull()) {
-                return new Keys(source, MAPPER.createObjectNode(), prefix + key + ".");
-            }
-            if (!n.isObject()) {
-                throw fail("'" + key + "' must be an object, got " + kind(n));
-            }
-            return new Keys(source, n, prefix + key + ".");
-        }
-
-        private JsonNode present(String key) {
-            JsonNode n = root.get(key);
-            return n == null || n.isNull() ? null : n;
-        }
-
-        int reqInt(String key, int min, int max) {
-            JsonNode n = present(key);
-            if (n == null) {
-                throw fail("missing required key '" + key + "'");
-            }
-            return toInt(key, n, min, max);
-        }
-
-        int optInt(String key, int dflt, int min, int max) {
-            JsonNode n = present(key);
-            return n == null ? dflt : toInt(key, n, min, max);
-        }
-
-        private int toInt(String key, JsonNode n, int min, int max) {
-            long v;
-            if (n.isIntegralNumber() && n.canConvertToLong()) {
-                v = n.longValue();
-            } else if (n.isFloatingPointNumber() && n.doubleValue() == Math.rint(n.doubleValue())
-                    && Math.abs(n.doubleValue()) < 1e15) {
-                v = (long) n.doubleValue();
-            } else if (n.isIntegralNumber()) {
-                v = n.bigIntegerValue().signum() > 0 ? Long.MAX_VALUE : Long.MIN_VALUE;
-            } else {
-                throw fail("'" + key + "' must be an integer, got " + kind(n));
-            }
-            if (v < min || v > max) {
-                String what = min == 1 && v < 1 ? "must be positive" : "must be in [" + min + ", " + max + "]";
-                throw fail("'" + key + "' " + what + ", got " + n);
-            }
-            return (int) v;
-        }
-
-        boolean optBool(String key, boolean dflt) {
-            JsonNode n = present(key);
-            if (n == null) {
-                return dflt;
-            }
-            if (!n.isBoolean()) {
-                throw fail("'" + key + "' must be true or false, got " + kind(n));
-            }
-            return n.booleanValue();
-        }
-
-        String optString(String key, String dflt) {
-            JsonNode n = present(key);
-            if (n == null) {
-                return dflt;
-            }
-            if (!n.isTextual()) {
-                throw fail("'" + key + "' must be a string, got " + kind(n));
-            }
-            return n.textValue();
-        }
-
-        double optEps(String key) {
-            JsonNode n = present(key);
-            if (n == null) {
-                return 1e-5;
-            }
-            if (!n.isNumber()) {
-                throw fail("'" + key + "' must be a number, got " + kind(n));
-            }
-            double v = n.doubleValue();
-            if (!(v > 0.0 && v < 1.0)) {
-                throw fail("'" + key + "' must be in (0, 1), got " + n);
-            }
-            return v;
-        }
-
-        int dtRank(String key, int dModel, int dInner) {
-            JsonNode n = present(key);
-            if (n == null || (n.isTextual() && n.textValue().equals("auto"))) {
-                return (dModel + 15) / 16;
-            }
-            if (n.isTextual()) {
-                throw fail("'" + key + "' must be an integer or \"auto\", got " + kind(n));
-            }
-            return toInt(key, n, 1, dInner);
-        }
     }
 }

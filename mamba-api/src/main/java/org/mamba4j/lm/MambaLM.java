@@ -11,8 +11,13 @@ import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
 
 /**
- * A Mamba language model: token embedding → Mamba-1 backbone → final norm → LM head (tied or untied),
- * with prompt prefill in one pass and sampled or greedy decoding.
+ * A Mamba language model: token embedding → Mamba backbone (Mamba-1 or Mamba-3 SISO blocks) → final norm → LM
+ * head (tied or untied), with prompt prefill in one pass and sampled or greedy decoding.
+ *
+ * <p><b>Folders.</b> {@link #fromPretrained} reads a Mamba-1 folder in the HuggingFace {@code MambaForCausalLM} or
+ * the state-spaces layout ({@link HfMambaConfig}), or a Mamba-3 folder in the official state-spaces layout
+ * ({@code ssm_cfg.layer = "Mamba3"}, {@link Mamba3LMConfig}); config.json decides which. {@link #saveOfficial}
+ * writes the official state-spaces layout, which {@code fromPretrained} reads back bit-exactly.
  *
  * <pre>{@code
  * try (MambaLM lm = MambaLM.fromPretrained(Path.of("mamba-130m-hf"), Device.best(), DType.BF16)) {
@@ -39,7 +44,14 @@ public final class MambaLM implements AutoCloseable {
         this.tokenizer = tokenizer;
     }
 
-    /** Loads a HuggingFace Mamba folder (config.json + safetensors, tokenizer.json if present). */
+    /**
+     * Loads a model folder (config.json + safetensors, tokenizer.json if present): Mamba-1 in the HuggingFace or
+     * state-spaces layout, or Mamba-3 SISO in the official state-spaces layout. Every tensor is checked before the
+     * model is allocated; on any failure nothing stays allocated.
+     *
+     * @throws org.mamba4j.CheckpointException when the folder, its config.json or its weights are missing,
+     *     corrupt, or describe a model mamba4j does not implement
+     */
     public static MambaLM fromPretrained(Path dir, Device device, DType dtype) {
         return fromPretrained(dir, device, dtype, LoadListener.NONE);
     }
@@ -51,13 +63,35 @@ public final class MambaLM implements AutoCloseable {
             Tokenizer tok = null;
             try {
                 if (Files.isRegularFile(dir.resolve("tokenizer.json"))) tok = Tokenizer.fromFile(dir.resolve("tokenizer.json"));
-                return new MambaLM(model, ckpt.config.vocabSize(), tok);
+                return new MambaLM(model, ckpt.vocabSize, tok);
             } catch (RuntimeException e) {
                 model.close();
                 if (tok != null) tok.close();
                 throw e;
             }
         }
+    }
+
+    /**
+     * Writes this model as a folder in the official state-spaces/mamba layout that {@code
+     * MambaLMHeadModel.from_pretrained}'s config and state dict use: {@code config.json} (a {@code MambaConfig}
+     * with {@code ssm_cfg.layer} "Mamba3" or "Mamba1", every mixer option written out, {@code vocab_size} = {@link
+     * #vocabSize()} and a {@code pad_vocab_size_multiple} that pads it to the model's rows) and {@code
+     * model.safetensors} (f32; the official tensor names, {@code backbone.embedding.weight} included; a tied head
+     * is stored under {@code lm_head.weight} as well, as the official state dict lists it). The folder is created
+     * if needed. Each file is written atomically (temporary file + rename), the weights first. The tokenizer is not
+     * written: copy {@code tokenizer.json} next to the files to keep it. {@link #fromPretrained} reads the folder
+     * back with the same weights, bit for bit. In Python, {@code MambaLMHeadModel(MambaConfig(**json.load(f)))}
+     * builds the model and {@code model.load_state_dict(safetensors.torch.load_file("model.safetensors"))} fills it
+     * ({@code mamba_ssm}'s own {@code from_pretrained} reads {@code pytorch_model.bin} instead).
+     *
+     * @throws IllegalStateException when the block norm epsilon is not the official 1e-5 ({@code MambaConfig} has
+     *     no field for it: save with {@link MambaModel#save} instead), or the model is closed
+     * @throws org.mamba4j.CheckpointException when a file cannot be written
+     */
+    public void saveOfficial(Path dir) {
+        Objects.requireNonNull(dir, "dir");
+        OfficialFolder.write(this, dir);
     }
 
     /** The model (for parameters, saving, states). */

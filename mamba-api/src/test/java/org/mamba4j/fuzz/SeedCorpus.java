@@ -33,6 +33,7 @@ public final class SeedCorpus {
         safetensors(tmp);
         checkpoints(tmp);
         hfConfigs();
+        mamba3Configs();
         hfIndex();
         tokenizers();
         System.out.println("seeds written under " + RESOURCES.toAbsolutePath());
@@ -90,6 +91,20 @@ public final class SeedCorpus {
         new LinearHead(2, 2, new float[] {1, 2, 3, 4}, new float[] {0, 1}).save(RESOURCES.resolve("LinearHeadFuzzTestInputs/small-head"));
     }
 
+    private static void mamba3Configs() throws IOException {
+        Path dir = RESOURCES.resolve("lm/Mamba3LMConfigFuzzTestInputs");
+        text(dir.resolve("official-defaults"), MAMBA3_DEFAULTS);
+        text(dir.resolve("every-key"), MAMBA3_EVERY_KEY);
+    }
+
+    static final String MAMBA3_DEFAULTS = "{\"d_model\": 256, \"n_layer\": 2, \"vocab_size\": 50277, \"ssm_cfg\": {\"layer\": \"Mamba3\"}}";
+    static final String MAMBA3_EVERY_KEY = "{\"d_model\": 96, \"d_intermediate\": 0, \"n_layer\": 3, \"vocab_size\": 1000,"
+            + " \"ssm_cfg\": {\"layer\": \"Mamba3\", \"d_state\": 32, \"expand\": 4, \"headdim\": 16, \"ngroups\": 2,"
+            + " \"rope_fraction\": 1.0, \"A_floor\": 0.0001, \"dt_min\": 0.001, \"dt_max\": 0.1, \"dt_init_floor\": 0.0001,"
+            + " \"chunk_size\": 64, \"is_outproj_norm\": true, \"is_mimo\": false, \"mimo_rank\": 4, \"dropout\": 0.0},"
+            + " \"attn_layer_idx\": [], \"attn_cfg\": {}, \"rms_norm\": true, \"residual_in_fp32\": true, \"fused_add_norm\": true,"
+            + " \"pad_vocab_size_multiple\": 8, \"tie_embeddings\": false}";
+
     private static void hfConfigs() throws IOException {
         Path dir = RESOURCES.resolve("lm/HfConfigFuzzTestInputs");
         text(dir.resolve("transformers-130m"), "{\"model_type\": \"mamba\", \"hidden_size\": 768, \"state_size\": 16,"
@@ -120,6 +135,10 @@ public final class SeedCorpus {
         for (int i = 0; i < names.size(); i++)
             map.append(i == 0 ? "" : ", ").append(quote(names.get(i))).append(": ").append(quote(shard[i < names.size() / 2 ? 0 : 1]));
         text(dir.resolve("valid-two-shards"), config + "\n=====\n{\"metadata\": {\"total_size\": 1000}, \"weight_map\": {" + map + "}}");
+        // config.json decides the architecture: a Mamba-3 config over the Mamba-1 shards is read, then refused by tensor name
+        text(dir.resolve("mamba3-config-over-mamba1-shards"), "{\"d_model\": 4, \"n_layer\": 1, \"vocab_size\": 8, \"ssm_cfg\":"
+                + " {\"layer\": \"Mamba3\", \"d_state\": 4, \"headdim\": 4, \"expand\": 1}}\n=====\n{\"metadata\": {\"total_size\": 1000},"
+                + " \"weight_map\": {" + map + "}}");
         text(dir.resolve("escaping-shard-name"), config + "\n=====\n{\"weight_map\": {" + quote(names.get(0)) + ": \"../outside.safetensors\"}}");
     }
 

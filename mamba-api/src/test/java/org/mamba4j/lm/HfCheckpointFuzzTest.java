@@ -46,7 +46,8 @@ class HfCheckpointFuzzTest {
     @FuzzTest(maxDuration = "5s")  // the build's bounded run; scripts/fuzz.sh runs longer
     @DictionaryEntries({"\"weight_map\"", "\"metadata\"", "\"total_size\"", "\"" + SHARD_1 + "\"", "\"" + SHARD_2 + "\"",
             "\"../\"", "\"/\"", "\\u0000", "\"backbone.embeddings.weight\"", "\"backbone.embedding.weight\"", "\"lm_head.weight\"",
-            "\"backbone.norm_f.weight\"", "\"hidden_size\"", "\"vocab_size\"", "\"tie_word_embeddings\"", "\"use_conv_bias\""})
+            "\"backbone.norm_f.weight\"", "\"hidden_size\"", "\"vocab_size\"", "\"tie_word_embeddings\"", "\"use_conv_bias\"",
+            "\"ssm_cfg\"", "\"layer\"", "\"Mamba3\"", "\"d_model\"", "\"n_layer\"", "\"headdim\""})
     void openAndLoadShardedFolder(byte[] data) {
         Map<String, byte[]> files = FuzzChecks.split(data, "config.json", "model.safetensors.index.json");
         FuzzChecks.folder(folder, files, List.of(SHARD_1, SHARD_2), dir -> {

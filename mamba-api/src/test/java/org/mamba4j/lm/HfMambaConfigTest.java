@@ -295,6 +295,11 @@ class HfMambaConfigTest {
         rejects("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba2\"}}",
                 "'ssm_cfg.layer' must be \"Mamba1\"");
         rejects("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"attn_layer_idx\": [1]}", "'attn_layer_idx'");
+        rejects("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"d_intermediate\": 128}", "'d_intermediate' is 128");
+        rejects("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"ssm_cfg\": {\"layer\": \"Mamba3\"}}",
+                "'ssm_cfg.layer' is \"Mamba3\": this is a Mamba-3 model, read its config.json with Mamba3LMConfig");
+        assertEquals(64, HfMambaConfig.parse("{\"d_model\": 64, \"n_layer\": 2, \"vocab_size\": 10, \"d_intermediate\": 0}", "c")
+                .dModel());
     }
 
     @Test

@@ -249,6 +249,10 @@ class MambaLMTest {
         Path badConfig = folder("badconfig", true, t);
         Files.writeString(badConfig.resolve("config.json"), "{\"model_type\": \"falcon_mamba\"}");
         assertMessage(badConfig, "falcon_mamba");
+        // each size within its own limit, the inner width (expand × hidden_size) beyond libmamba's: still a CheckpointException
+        Files.writeString(badConfig.resolve("config.json"), "{\"model_type\": \"mamba\", \"hidden_size\": 65536,"
+                + " \"num_hidden_layers\": 1, \"vocab_size\": 8, \"expand\": 2}");
+        assertMessage(badConfig, "dInner");
     }
 
     private static void assertMessage(Path folder, String word) {

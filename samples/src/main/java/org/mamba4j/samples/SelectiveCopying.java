@@ -9,7 +9,9 @@ import org.mamba4j.Device;
 import org.mamba4j.LearningRateSchedule;
 import org.mamba4j.LinearHead;
 import org.mamba4j.Mamba1Config;
+import org.mamba4j.Mamba3Config;
 import org.mamba4j.MambaModel;
+import org.mamba4j.ModelConfig;
 import org.mamba4j.StepResult;
 import org.mamba4j.Trainer;
 import picocli.CommandLine;
@@ -17,7 +19,7 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 /**
- * Trains a small Mamba-1 on the <b>selective copying</b> task of the Mamba paper (Gu &amp; Dao 2023, §4.1.1)
+ * Trains a small Mamba-1 (or, with {@code --arch mamba3}, Mamba-3 SISO) on the <b>selective copying</b> task of the Mamba paper (Gu &amp; Dao 2023, §4.1.1)
  * and saves it.
  *
  * <p><b>Task.</b> Each sequence has a body of {@code --length} positions holding {@code --tokens} data
@@ -45,10 +47,15 @@ import picocli.CommandLine.Option;
  * accuracy against the step) is drawn into {@code --chart} (a PNG), and the model is loaded back and evaluated with
  * the plain inference API on fresh data; the last line is {@code final accuracy: NN.N%}.
  *
+ * <p><b>Mamba-3.</b> {@code --arch mamba3} trains a Mamba-3 SISO backbone of the same width and depth instead: d_state
+ * {@code --d-state} (default 16, as the Mamba-1), {@code --headdim} channels per head (default 16, so 8 heads at
+ * d_model 64; it must divide 2·d_model), half of the state rotated (4 rotary angles), chunk 64, the official
+ * Δ/A initialisation. It needs libmamba's Mamba-3 forward and backward kernels.
+ *
  * <p>It trains on a GPU when {@link Device#best()} finds one with a training path, else on the CPU.
  */
 @Command(name = "selective-copying", mixinStandardHelpOptions = true, versionProvider = SampleVersion.class,
-        description = "Train a small Mamba-1 on the selective copying task and save it.")
+        description = "Train a small Mamba-1 (or Mamba-3) on the selective copying task and save it.")
 public final class SelectiveCopying implements Callable<Integer> {
     @Option(names = "--length", description = "Body length (positions before the markers), default ${DEFAULT-VALUE}.")
     int length = 64;
@@ -56,6 +63,13 @@ public final class SelectiveCopying implements Callable<Integer> {
     int tokens = 8;
     @Option(names = "--symbols", description = "Distinct data symbols, default ${DEFAULT-VALUE}.")
     int symbols = 8;
+    @CommandLine.Spec CommandLine.Model.CommandSpec spec;  // injected by picocli: usage errors print where the command line prints
+    @Option(names = "--arch", paramLabel = "mamba1|mamba3", description = "Architecture of the blocks, default ${DEFAULT-VALUE}.")
+    String arch = "mamba1";
+    @Option(names = "--d-state", description = "State size (per channel for Mamba-1, per head for Mamba-3), default ${DEFAULT-VALUE}.")
+    int dState = 16;
+    @Option(names = "--headdim", description = "Mamba-3 only: channels per head, dividing 2 x d_model; default ${DEFAULT-VALUE}.")
+    int headdim = 16;
     @Option(names = "--d-model", description = "Model width, default ${DEFAULT-VALUE}.")
     int dModel = 64;
     @Option(names = "--layers", description = "Mamba blocks, default ${DEFAULT-VALUE}.")
@@ -90,7 +104,7 @@ public final class SelectiveCopying implements Callable<Integer> {
 
     @Override
     public Integer call() throws java.io.IOException {
-        if (tokens < 1 || tokens > length) throw new CommandLine.ParameterException(new CommandLine(this),
+        if (tokens < 1 || tokens > length) throw new CommandLine.ParameterException(spec.commandLine(),
                 "--tokens must be in [1, --length]");
         blank = 0;
         marker = symbols + 1;
@@ -98,7 +112,8 @@ public final class SelectiveCopying implements Callable<Integer> {
         seqLen = length + tokens;
         Device device = Device.best();
         if (!Trainer.supports(device)) device = Device.cpu();
-        Mamba1Config config = Mamba1Config.builder().dModel(dModel).layers(layers).build();
+        ModelConfig config = config();
+        String archName = config instanceof Mamba3Config ? "Mamba-3" : "Mamba-1";
         Random data = new Random(seed);
         float[] x = new float[batch * seqLen * inWidth];
         int[] y = new int[batch * seqLen];
@@ -109,12 +124,13 @@ public final class SelectiveCopying implements Callable<Integer> {
                      .schedule(LearningRateSchedule.warmupCosine(lr, steps / 20, steps, lr / 20))
                      .crossEntropyHead(symbols).headSeed(seed).threads(threads > 0 ? threads : Runtime.getRuntime().availableProcessors())
                      .build()) {
-            System.out.printf(Locale.ROOT, "selective copying: body %d, %d tokens of %d symbols; Mamba-1 d_model %d x %d layers"
-                    + " (%,d weights) on %s; batch %d x %d steps%n", length, tokens, symbols, dModel, layers,
+            System.out.printf(Locale.ROOT, "selective copying: body %d, %d tokens of %d symbols; %s d_model %d x %d layers"
+                    + " (%,d weights) on %s; batch %d x %d steps%n", length, tokens, symbols, archName, dModel, layers,
                     model.parameterCount() + (long) symbols * (dModel + 1), device.name(), batch, seqLen);
             Progress bar = new Progress(steps);
             TrainingCurve curve = new TrainingCurve(String.format(Locale.ROOT,
-                    "Selective copying: Mamba-1 d_model %d x %d layers, %d tokens in %d positions, %s", dModel, layers, tokens, length, device));
+                    "Selective copying: %s d_model %d x %d layers, %d tokens in %d positions, %s", archName, dModel, layers, tokens, length,
+                    device));
             double lossAvg = Double.NaN, accAvg = Double.NaN;
             int step = 0;
             for (step = 1; step <= steps; step++) {
@@ -154,6 +170,28 @@ public final class SelectiveCopying implements Callable<Integer> {
         }
         System.out.printf(Locale.ROOT, "final accuracy: %.1f%%%n", 100 * accuracy);
         return 0;
+    }
+
+    /**
+     * The backbone's configuration for {@code --arch}: the Mamba-1 of the defaults above, or a Mamba-3 SISO of the same
+     * width, depth and state size with {@code --headdim} channels per head.
+     */
+    ModelConfig config() {
+        CommandLine cli = spec != null ? spec.commandLine() : new CommandLine(this);
+        try {
+            switch (arch.toLowerCase(Locale.ROOT)) {
+                case "mamba1":
+                    return Mamba1Config.builder().dModel(dModel).layers(layers).dState(dState).build();
+                case "mamba3":
+                    if (headdim < 1 || (2L * dModel) % headdim != 0)
+                        throw new CommandLine.ParameterException(cli, "--headdim " + headdim + " must divide 2 x --d-model = " + 2L * dModel);
+                    return Mamba3Config.builder().dModel(dModel).layers(layers).dState(dState).headdim(headdim).build();
+                default:
+                    throw new CommandLine.ParameterException(cli, "--arch must be mamba1 or mamba3 (got '" + arch + "')");
+            }
+        } catch (org.mamba4j.InvalidConfigException e) {
+            throw new CommandLine.ParameterException(cli, e.getMessage());
+        }
     }
 
     /** Token accuracy on the answer positions of `batches` fresh batches, via MambaModel.forward + the head. */
