@@ -1357,6 +1357,8 @@ std::vector<Case> allCases() {
     train("mse", "n=1048576", [](Ops& o, uint64_t s) { return mseCase(o, s, 1 << 20); });
     train("crossEntropy", "rows=64 vocab=1000 dlogits=logits",
           [](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 64, 1000, Grad::Aliased); });
+    for (Case& c : mamba3Cases()) t.push_back(std::move(c));
+    for (Case& c : mamba3TrainingCases()) training.push_back(std::move(c));
     // ---- graphs: the inference stages of a decode step, recorded and replayed (capabilities().graphs) ----
     const std::vector<Case> inference = {
         Case{"gemm.forward", "rows=1 out=72 in=56 bias beta=0", DTYPE_F32, "fast", NEED_NONE, false,

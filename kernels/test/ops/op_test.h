@@ -148,6 +148,9 @@ struct Case {
 
 /** The table (op_cases.cpp). */
 std::vector<Case> allCases();
+/** The Mamba-3 cases (op_cases_mamba3.cpp), and the training ops among them that get determinism cases. */
+std::vector<Case> mamba3Cases();
+std::vector<Case> mamba3TrainingCases();
 
 /** Checks of the references themselves (central differences), no backend involved (reference.cpp). */
 struct SelfCheck {

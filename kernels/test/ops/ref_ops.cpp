@@ -222,8 +222,234 @@ public:
             }
     }
 
-    void mamba3Scan(const Mamba3ScanArgs&, const ScanCheckpoints*) override { throw std::logic_error("mamba3Scan: not in the ref backend yet"); }
-    void mamba3ScanBackward(const Mamba3ScanBackwardArgs&) override { throw std::logic_error("mamba3ScanBackward: not in the ref backend yet"); }
+    // ---- Mamba-3 SISO: the whole row state advanced one step at a time (M3Step), all heads in order ----
+    struct M3Head {
+        float delta, A, sig, alpha, beta, gamma;
+        bool clamped;
+    };
+    static M3Head m3Head(const Mamba3ScanArgs& s, const float* row, int h) {
+        M3Head v;
+        v.delta = softplusf(row[s.dtCol() + h] + s.dt_bias[h]);
+        const float u = row[s.aCol() + h];
+        const float a = -(u >= 0.f ? 1.f + u : 1.f / (1.f - u));
+        v.clamped = !(a < -s.a_floor);
+        v.A = v.clamped ? -s.a_floor : a;
+        v.sig = sigm(row[s.trapCol() + h]);
+        v.alpha = std::exp(v.A * v.delta);
+        v.beta = v.alpha * v.delta * (1.f - v.sig);
+        v.gamma = v.sig * v.delta;
+        return v;
+    }
+    /** k_pre or q_pre of head h: BCNorm of its group plus the head's bias. */
+    static std::vector<float> m3Pre(const Mamba3ScanArgs& s, const float* row, int col, const float* w, const float* bias, int h) {
+        const int N = s.d_state;
+        const float* raw = row + col + (h / (s.nheads / s.ngroups)) * N;
+        float ss = 0.f;
+        for (int n = 0; n < N; ++n) ss += raw[n] * raw[n];
+        const float rho = 1.f / std::sqrt(ss / N + 1e-5f);
+        std::vector<float> v(N);
+        for (int n = 0; n < N; ++n) v[n] = w[n] * raw[n] * rho + bias[static_cast<int64_t>(h) * N + n];
+        return v;
+    }
+    static std::vector<float> m3Rotate(const std::vector<float>& v, const float* theta, int NA) {
+        std::vector<float> o = v;
+        for (int a = 0; a < NA; ++a) {
+            const float c = std::cos(theta[a]), sn = std::sin(theta[a]);
+            o[2 * a] = c * v[2 * a] - sn * v[2 * a + 1];
+            o[2 * a + 1] = sn * v[2 * a] + c * v[2 * a + 1];
+        }
+        return o;
+    }
+    /** One step of every head of one row: st advanced in place, y (before the gate) and out written. */
+    static void m3Step(const Mamba3ScanArgs& s, const float* row, float* st, float* y, float* out) {
+        const int P = s.headdim, N = s.d_state, NA = s.nangles;
+        for (int h = 0; h < s.nheads; ++h) {
+            const M3Head v = m3Head(s, row, h);
+            float* S = st + static_cast<int64_t>(h) * P * N;
+            float* kp = st + s.kOffset() + static_cast<int64_t>(h) * N;
+            float* vp = st + s.vOffset() + static_cast<int64_t>(h) * P;
+            float* th = st + s.angleOffset() + static_cast<int64_t>(h) * NA;
+            for (int a = 0; a < NA; ++a) {
+                float x = th[a] + 3.14159265f * std::tanh(row[s.angleCol() + a]) * v.delta;
+                th[a] = x - 6.28318531f * std::floor(x / 6.28318531f);
+            }
+            const std::vector<float> k = m3Rotate(m3Pre(s, row, s.bCol(), s.b_norm, s.b_bias, h), th, NA);
+            const std::vector<float> q = m3Rotate(m3Pre(s, row, s.cCol(), s.c_norm, s.c_bias, h), th, NA);
+            const float* x = row + s.xCol() + h * P;
+            for (int i = 0; i < P; ++i) {
+                float acc = s.d_skip[h] * x[i];
+                for (int n = 0; n < N; ++n) {
+                    float& e = S[static_cast<int64_t>(i) * N + n];
+                    e = v.alpha * e + v.beta * vp[i] * kp[n] + v.gamma * x[i] * k[n];
+                    acc += e * q[n];
+                }
+                y[h * P + i] = acc;
+            }
+            std::copy(k.begin(), k.end(), kp);
+            std::copy(x, x + P, vp);
+            const float* z = row + s.zCol() + h * P;
+            float rho = 1.f;
+            if (s.gate_norm) {
+                float ss = 0.f;
+                for (int i = 0; i < P; ++i) ss += y[h * P + i] * y[h * P + i];
+                rho = 1.f / std::sqrt(ss / P + 1e-5f);
+            }
+            for (int i = 0; i < P; ++i)
+                out[h * P + i] = (s.gate_norm ? s.gate_norm[h * P + i] * rho : 1.f) * y[h * P + i] * siluf(z[i]);
+        }
+    }
+
+    void mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* ck) override {
+        const int T = s.steps;
+        const int64_t SS = s.stateSize();
+        const int chunks = ck ? (T + ck->chunk - 1) / ck->chunk : 0;
+        std::vector<float> y(static_cast<size_t>(s.dInner()));
+        for (int b = 0; b < s.batch; ++b) {
+            float* st = s.state + b * s.state_stride;
+            for (int t = 0; t < T; ++t) {
+                if (ck && t % ck->chunk == 0) std::copy(st, st + SS, ck->data + (static_cast<int64_t>(b) * chunks + t / ck->chunk) * SS);
+                const int64_t r = static_cast<int64_t>(b) * T + t;
+                m3Step(s, s.proj + r * s.ldproj, st, y.data(), s.out + r * s.ldout);
+            }
+        }
+    }
+
+    /** Recomputes every state of a row from its first checkpoint, then runs §4 backwards per head. */
+    void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override {
+        const Mamba3ScanArgs& s = a.fwd;
+        const int T = s.steps, H = s.nheads, P = s.headdim, N = s.d_state, NA = s.nangles, E = s.dInner();
+        const int G = s.ngroups, hpg = H / G;
+        const int64_t SS = s.stateSize(), R = static_cast<int64_t>(s.batch) * T;
+        const int chunks = (T + a.chunk - 1) / a.chunk;
+        for (int64_t r = 0; r < R; ++r) std::fill(a.dproj + r * a.lddproj, a.dproj + r * a.lddproj + s.projWidth(), 0.f);
+        std::vector<float> dBhat(static_cast<size_t>(R * G * N), 0.f), dChat(dBhat.size(), 0.f);
+        std::vector<float> states(static_cast<size_t>((T + 1) * SS)), ys(static_cast<size_t>(T * E)), outs(static_cast<size_t>(E));
+        for (int b = 0; b < s.batch; ++b) {
+            const float* ck0 = a.checkpoints + static_cast<int64_t>(b) * chunks * SS;
+            std::copy(ck0, ck0 + SS, states.begin());
+            for (int t = 0; t < T; ++t) {
+                std::copy(states.begin() + t * SS, states.begin() + (t + 1) * SS, states.begin() + (t + 1) * SS);
+                m3Step(s, s.proj + (static_cast<int64_t>(b) * T + t) * s.ldproj, &states[(t + 1) * SS], &ys[t * E], outs.data());
+            }
+            for (int h = 0; h < H; ++h) {
+                std::vector<float> Gs(static_cast<size_t>(P) * N, 0.f), kappa(N, 0.f), dxNext(P, 0.f), phi(NA, 0.f);
+                for (int t = T - 1; t >= 0; --t) {
+                    const int64_t r = static_cast<int64_t>(b) * T + t;
+                    const float* row = s.proj + r * s.ldproj;
+                    float* drow = a.dproj + r * a.lddproj;
+                    const float* before = &states[t * SS];
+                    const float* after = before + SS;
+                    const float* Sp = before + static_cast<int64_t>(h) * P * N;
+                    const float* Sc = after + static_cast<int64_t>(h) * P * N;
+                    const float* kPrev = before + s.kOffset() + static_cast<int64_t>(h) * N;
+                    const float* vPrev = before + s.vOffset() + static_cast<int64_t>(h) * P;
+                    const float* th = after + s.angleOffset() + static_cast<int64_t>(h) * NA;
+                    const M3Head v = m3Head(s, row, h);
+                    const std::vector<float> kPre = m3Pre(s, row, s.bCol(), s.b_norm, s.b_bias, h);
+                    const std::vector<float> qPre = m3Pre(s, row, s.cCol(), s.c_norm, s.c_bias, h);
+                    const std::vector<float> k = m3Rotate(kPre, th, NA), q = m3Rotate(qPre, th, NA);
+                    const float* x = row + s.xCol() + h * P;
+                    const float* z = row + s.zCol() + h * P;
+                    const float* y = &ys[t * E + h * P];
+                    const float* dg = a.dout + r * a.lddout + h * P;
+                    std::vector<float> dy(P);
+                    if (!s.gate_norm) {
+                        for (int i = 0; i < P; ++i) {
+                            dy[i] = dg[i] * siluf(z[i]);
+                            drow[s.zCol() + h * P + i] = dg[i] * y[i] * dsiluf(z[i]);
+                        }
+                    } else {
+                        const float* w = s.gate_norm + h * P;
+                        float ss = 0.f;
+                        for (int i = 0; i < P; ++i) ss += y[i] * y[i];
+                        const float rho = 1.f / std::sqrt(ss / P + 1e-5f);
+                        float m = 0.f;
+                        for (int i = 0; i < P; ++i) m += w[i] * dg[i] * siluf(z[i]) * rho * y[i];
+                        m /= P;
+                        for (int i = 0; i < P; ++i) {
+                            const float yh = rho * y[i], e = dg[i] * siluf(z[i]);
+                            drow[s.zCol() + h * P + i] = dg[i] * yh * w[i] * dsiluf(z[i]);
+                            a.d_gate_norm[h * P + i] += e * yh;
+                            dy[i] = rho * (w[i] * e - yh * m);
+                        }
+                    }
+                    for (int i = 0; i < P; ++i) a.d_d_skip[h] += dy[i] * x[i];
+                    for (int i = 0; i < P; ++i)
+                        for (int n = 0; n < N; ++n) Gs[i * N + n] += dy[i] * q[n];
+                    std::vector<float> dq(N, 0.f), dk = kappa;
+                    float dAl = 0.f, dBe = 0.f, dGa = 0.f;
+                    for (int i = 0; i < P; ++i) {
+                        float gk = 0.f, gkp = 0.f;
+                        for (int n = 0; n < N; ++n) {
+                            dq[n] += dy[i] * Sc[i * N + n];
+                            gk += Gs[i * N + n] * k[n];
+                            gkp += Gs[i * N + n] * kPrev[n];
+                            dAl += Gs[i * N + n] * Sp[i * N + n];
+                        }
+                        drow[s.xCol() + h * P + i] = s.d_skip[h] * dy[i] + v.gamma * gk + dxNext[i];
+                        dxNext[i] = v.beta * gkp;
+                        dBe += vPrev[i] * gkp;
+                        dGa += x[i] * gk;
+                    }
+                    for (int n = 0; n < N; ++n) {
+                        float gx = 0.f, gv = 0.f;
+                        for (int i = 0; i < P; ++i) {
+                            gx += Gs[i * N + n] * x[i];
+                            gv += Gs[i * N + n] * vPrev[i];
+                        }
+                        dk[n] += v.gamma * gx;
+                        kappa[n] = v.beta * gv;
+                    }
+                    for (float& e : Gs) e *= v.alpha;
+                    std::vector<float> dkp = dk, dqp = dq;
+                    for (int an = 0; an < NA; ++an) {
+                        const float c = std::cos(th[an]), sn = std::sin(th[an]);
+                        dkp[2 * an] = c * dk[2 * an] + sn * dk[2 * an + 1];
+                        dkp[2 * an + 1] = -sn * dk[2 * an] + c * dk[2 * an + 1];
+                        dqp[2 * an] = c * dq[2 * an] + sn * dq[2 * an + 1];
+                        dqp[2 * an + 1] = -sn * dq[2 * an] + c * dq[2 * an + 1];
+                        phi[an] += dk[2 * an] * (-sn * kPre[2 * an] - c * kPre[2 * an + 1]) + dk[2 * an + 1] * (c * kPre[2 * an] - sn * kPre[2 * an + 1]) +
+                                   dq[2 * an] * (-sn * qPre[2 * an] - c * qPre[2 * an + 1]) + dq[2 * an + 1] * (c * qPre[2 * an] - sn * qPre[2 * an + 1]);
+                    }
+                    const int g = h / hpg;
+                    for (int n = 0; n < N; ++n) {
+                        a.d_b_bias[static_cast<int64_t>(h) * N + n] += dkp[n];
+                        a.d_c_bias[static_cast<int64_t>(h) * N + n] += dqp[n];
+                        dBhat[(r * G + g) * N + n] += dkp[n];
+                        dChat[(r * G + g) * N + n] += dqp[n];
+                    }
+                    float dDelta = 0.f;
+                    for (int an = 0; an < NA; ++an) {
+                        const float tt = std::tanh(row[s.angleCol() + an]);
+                        drow[s.angleCol() + an] += phi[an] * 3.14159265f * v.delta * (1.f - tt * tt);
+                        dDelta += phi[an] * 3.14159265f * tt;
+                    }
+                    const float dAD = dAl * v.alpha + dBe * v.beta;
+                    dDelta += dAD * v.A + dBe * v.alpha * (1.f - v.sig) + dGa * v.sig;
+                    const float xdt = row[s.dtCol() + h] + s.dt_bias[h];
+                    const float ddt = dDelta * (xdt > 20.f ? 1.f : sigm(xdt));
+                    const float u = row[s.aCol() + h];
+                    drow[s.dtCol() + h] = ddt;
+                    drow[s.aCol() + h] = v.clamped ? 0.f : -dAD * v.delta * (u >= 0.f ? 1.f : 1.f / ((1.f - u) * (1.f - u)));
+                    drow[s.trapCol() + h] = (dGa - dBe * v.alpha) * v.delta * v.sig * (1.f - v.sig);
+                    a.d_dt_bias[h] += ddt;
+                }
+            }
+        }
+        // BCNorm: rmsnormBackward per (row, group), with the shared weights.
+        for (int64_t r = 0; r < R; ++r)
+            for (int g = 0; g < G; ++g) {
+                const float* row = s.proj + r * s.ldproj;
+                float* drow = a.dproj + r * a.lddproj;
+                for (int which = 0; which < 2; ++which) {
+                    const int col = (which ? s.cCol() : s.bCol()) + g * N;
+                    const float* w = which ? s.c_norm : s.b_norm;
+                    const float* dh = &(which ? dChat : dBhat)[(r * G + g) * N];
+                    RmsNormBackwardArgs rb{row + col, N, w, dh, N, 1, N, 1e-5f, drow + col, N, 0.f, which ? a.d_c_norm : a.d_b_norm};
+                    rmsnormBackward(rb);
+                }
+            }
+    }
 
     void selectiveScanBackward(const ScanBackwardArgs& s) override {
         const int T = s.steps, C = s.channels, N = s.d_state, K = s.chunk;

@@ -2,6 +2,7 @@
 // checks that prove the hand-derived backward references.
 #include "reference.h"
 #include "op_test.h"
+#include "reference_mamba3.h"
 
 #include <algorithm>
 #include <cmath>
@@ -480,7 +481,7 @@ std::vector<Compare> checkHalfRounding() {
 }  // namespace
 
 std::vector<SelfCheck> referenceSelfChecks() {
-    return {
+    std::vector<SelfCheck> checks = {
         {"selfcheck.halfRounding", "hand-worked patterns", checkHalfRounding},
         {"selfcheck.scanBackward", "B=2 T=6 C=3 N=4 vs central differences", checkScanBackward},
         {"selfcheck.convBackward", "B=2 T=5 C=3 K=4 vs central differences", [] { return checkConvBackward(4); }},
@@ -488,6 +489,8 @@ std::vector<SelfCheck> referenceSelfChecks() {
         {"selfcheck.rmsnormBackward", "rows=3 d=7 vs central differences", checkRmsnormBackward},
         {"selfcheck.crossEntropy", "vocab=9 vs central differences", checkCrossEntropy},
     };
+    for (SelfCheck& c : mamba3SelfChecks()) checks.push_back(std::move(c));
+    return checks;
 }
 
 }  // namespace optest
