@@ -112,6 +112,12 @@ struct Mamba3Shape {
     Mamba3Layout lay;
 };
 Mamba3Shape mamba3Shape(int headdim, int d_state, int per_thread);
+/** Steps whose state-independent work a block prepares together (mamba3_step.cuh), at most. */
+constexpr int kMamba3TileSteps = 16;
+/** Shared memory the forward's tile may take (bytes): no opt-in needed. */
+constexpr int64_t kMamba3TileSmem = 46 * 1024;
+/** Steps per tile for these arguments: the most ≤ kMamba3TileSteps (and ≤ steps) whose buffers fit `floats`. */
+int mamba3TileSteps(const Mamba3ScanArgs& s, int xzw, int64_t floats);
 /** Throws (fail) for arguments outside the kernels' contract, naming `op`; the backward reads no state. */
 void validateMamba3(const Mamba3ScanArgs& s, const char* op, bool forward);
 /** The Mamba-3 SISO scan, step by step; with ck, the whole state before every ck->chunk-th step. */

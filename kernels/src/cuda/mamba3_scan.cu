@@ -1,18 +1,16 @@
 // Mamba-3 SISO scan, forward: BCNorm, Δ/A/trapezoid, RoPE, the trapezoidal recurrence, D skip and the
-// gate, step by step (the math: ops.h above Mamba3ScanArgs; the shared step: mamba3_step.cuh).
+// gate (the math: ops.h above Mamba3ScanArgs; the shared pieces: mamba3_step.cuh).
 //
 // One block per (row b, head h); the head's state S [headdim, d_state] is spread over the block's
-// registers (layout: mamba3_step.cuh). Per step:
-//  1. every warp computes the two BCNorm scales itself (a warp-wide sum over d_state: no barrier), and
-//     every thread the head's scalars Δ, A, σ, α, β, γ;
-//  2. thread m builds pair m of k and q (bias, rotation; it alone keeps pair m's angle) into shared
-//     memory, double-buffered by step parity so one barrier per step suffices;
-//  3. after the barrier each thread updates its S elements and its share of y = S·q, summed over the row
-//     group's lanes by a xor tree; k_prev and v_prev stay in the registers of the threads that use them.
-// The gate norm needs Σ_p y² over the head: per-warp partials, a second barrier, then a fixed-order sum.
+// registers (layout: mamba3_step.cuh). Steps go in tiles of up to kMamba3TileSteps:
+//  1. the whole block prepares the tile's state-independent inputs in shared memory (prepareTile: the
+//     scalars Δ, α, β, γ, the BCNorm scales, the angle chains, the rotated k and q, x and z);
+//  2. then each step, with no barrier: every thread updates its S elements and its share of y = S·q,
+//     summed over its row group's lanes by a xor tree; k_prev and v_prev stay in registers.
+// The gate norm needs Σ_p y² over the head per step: after the tile, a warp per step, then the gated outputs.
 //
-// Decode (T = 1) and training (checkpoints) both use this kernel; with checkpoints the whole head state
-// (S, k_prev, v_prev, θ) is stored before steps 0, chunk, 2·chunk, … for mamba3_scan_backward.cu.
+// Decode (T = 1), prefill and training (checkpoints) all use this kernel; with checkpoints the whole head
+// state (S, k_prev, v_prev, θ) is stored before steps 0, chunk, 2·chunk, … for mamba3_scan_backward.cu.
 #include "cuda_backend.h"
 #include "mamba3_step.cuh"
 
@@ -29,24 +27,24 @@ struct Checkpointing {
 };
 
 template <int NS, int RP>
-__global__ void __launch_bounds__(kMamba3MaxThreads) mamba3ForwardKernel(Mamba3ScanArgs s, Mamba3Offsets o, Layout lay, Checkpointing ck) {
+__global__ void __launch_bounds__(kMamba3MaxThreads)
+    mamba3ForwardKernel(Mamba3ScanArgs s, Mamba3Offsets o, Layout lay, Checkpointing ck, int TS) {
     extern __shared__ float sm[];
     const int N = s.d_state, P = s.headdim, H = s.nheads, NA = s.nangles;
     const int h = static_cast<int>(blockIdx.x % H), b = static_cast<int>(blockIdx.x / H);
     const int grp = h / (H / s.ngroups);
-    const int tid = threadIdx.x, warp = tid >> 5, L = lay.L, G = lay.G;
+    const int tid = threadIdx.x, warp = tid >> 5, W = lay.threads >> 5, L = lay.L, G = lay.G;
     const int lane = tid % L, rg = tid / L;
-    const int pairs = (N + 1) / 2;
-    float* kq = sm;               // [2][2N]: k then q, by step parity
-    float* theta = sm + 4 * N;    // [NA]: entry m used by the thread owning pair m only
-    float* red = theta + NA;      // [2][32]: per-warp partials of the gate norm
+    const int64_t hP = static_cast<int64_t>(h) * P;
+    float* theta = sm;  // [NA]: the angles before the tile; entry m used by thread m mod threads only
+    const m3::Tile tl = m3::carveTile(sm + NA, TS, N, NA, P, 2);
 
     pdlWait();
     pdlLaunchDependents();
     float* st = s.state + b * s.state_stride;
-    float* Sg = st + static_cast<int64_t>(h) * P * N;
+    float* Sg = st + hP * N;
     float* kg = st + o.k + static_cast<int64_t>(h) * N;
-    float* vg = st + o.v + static_cast<int64_t>(h) * P;
+    float* vg = st + o.v + hP;
     float* thg = st + o.theta + static_cast<int64_t>(h) * NA;
 
     float S[RP][NS], kp[NS], vp[RP];
@@ -66,99 +64,81 @@ __global__ void __launch_bounds__(kMamba3MaxThreads) mamba3ForwardKernel(Mamba3S
 
     const float dskip = s.d_skip[h];
     const int64_t r0 = static_cast<int64_t>(b) * s.steps;
-    for (int t = 0; t < s.steps; ++t) {
-        const int64_t r = r0 + t;
-        const float* row = s.proj + r * s.ldproj;
-        if (ck.data && t % ck.chunk == 0) {  // the head's state before step t
-            float* c = ck.data + (static_cast<int64_t>(b) * ck.chunks + t / ck.chunk) * o.state;
-            float* cS = c + static_cast<int64_t>(h) * P * N;
+    for (int t0 = 0; t0 < s.steps; t0 += TS) {
+        const int cnt = min(TS, s.steps - t0);
+        __syncthreads();  // the previous tile's buffers have been read
+        m3::prepareTile(s, o, tl, r0 + t0, cnt, h, grp, theta, lay.threads, 2, nullptr, 0, nullptr, 0);
+        for (int si = 0; si < cnt; ++si) {
+            const int t = t0 + si;
+            const int64_t r = r0 + t;
+            if (ck.data && t % ck.chunk == 0) {  // the head's state before step t
+                float* c = ck.data + (static_cast<int64_t>(b) * ck.chunks + t / ck.chunk) * o.state;
+                float* cS = c + hP * N;
 #pragma unroll
-            for (int j = 0; j < RP; ++j) {
-                const int p = rg + G * j;
-                if (p >= P) continue;
-                if (lane == 0) c[o.v + static_cast<int64_t>(h) * P + p] = vp[j];
+                for (int j = 0; j < RP; ++j) {
+                    const int p = rg + G * j;
+                    if (p >= P) continue;
+                    if (lane == 0) c[o.v + hP + p] = vp[j];
 #pragma unroll
-                for (int i = 0; i < NS; ++i)
-                    if (lane + L * i < N) cS[static_cast<int64_t>(p) * N + lane + L * i] = S[j][i];
+                    for (int i = 0; i < NS; ++i)
+                        if (lane + L * i < N) cS[static_cast<int64_t>(p) * N + lane + L * i] = S[j][i];
+                }
+                if (rg == 0)
+#pragma unroll
+                    for (int i = 0; i < NS; ++i)
+                        if (lane + L * i < N) c[o.k + static_cast<int64_t>(h) * N + lane + L * i] = kp[i];
+                for (int m = tid; m < NA; m += lay.threads)
+                    c[o.theta + static_cast<int64_t>(h) * NA + m] = si == 0 ? theta[m] : tl.th[(si - 1) * NA + m];
             }
-            if (rg == 0)
-#pragma unroll
-                for (int i = 0; i < NS; ++i)
-                    if (lane + L * i < N) c[o.k + static_cast<int64_t>(h) * N + lane + L * i] = kp[i];
-            for (int m = tid; m < NA; m += lay.threads) c[o.theta + static_cast<int64_t>(h) * NA + m] = theta[m];
-        }
-        const m3::Coeffs cf = m3::coeffs(s, o, row, h);
-        const float* Braw = row + o.b + static_cast<int64_t>(grp) * N;
-        const float* Craw = row + o.c + static_cast<int64_t>(grp) * N;
-        const float rsB = m3::rmsInv(Braw, N), rsC = m3::rmsInv(Craw, N);
-        float* kqb = kq + (t & 1) * 2 * N;
-        for (int m = tid; m < pairs; m += lay.threads) {
-            float th = m < NA ? theta[m] : 0.f;
-            const m3::PairStep ps = m3::buildPair(s, Braw, Craw, rsB, rsC, h, m, cf.delta, row + o.angle, th);
-            if (m < NA) theta[m] = th;
-            kqb[2 * m] = ps.k0;
-            kqb[N + 2 * m] = ps.q0;
-            if (2 * m + 1 < N) {
-                kqb[2 * m + 1] = ps.k1;
-                kqb[N + 2 * m + 1] = ps.q1;
-            }
-        }
-        float x[RP], z[RP];
-#pragma unroll
-        for (int j = 0; j < RP; ++j) {
-            const int p = rg + G * j;
-            x[j] = p < P ? row[o.x + h * P + p] : 0.f;
-            z[j] = p < P ? row[o.z + h * P + p] : 0.f;
-        }
-        __syncthreads();
-        float kn[NS], qn[NS];
-#pragma unroll
-        for (int i = 0; i < NS; ++i) {
-            const int n = lane + L * i;
-            kn[i] = n < N ? kqb[n] : 0.f;
-            qn[i] = n < N ? kqb[N + n] : 0.f;
-        }
-        float y[RP];
-#pragma unroll
-        for (int j = 0; j < RP; ++j) {
-            const float bv = __fmul_rn(cf.beta, vp[j]), gx = __fmul_rn(cf.gamma, x[j]);
-            float acc = 0.f;
+            const float* cf = tl.coef + si * m3::kCoef;
+            const float alpha = cf[1], beta = cf[2], gamma = cf[3];
+            const float* kq = tl.kq + si * 2 * N;
+            const float* xz = tl.xz + si * 2 * P;
+            float kn[NS], qn[NS];
 #pragma unroll
             for (int i = 0; i < NS; ++i) {
-                S[j][i] = m3::stateUpdate(S[j][i], cf.alpha, bv, kp[i], gx, kn[i]);
-                acc = fmaf(S[j][i], qn[i], acc);
+                const int n = lane + L * i;
+                kn[i] = n < N ? kq[n] : 0.f;
+                qn[i] = n < N ? kq[N + n] : 0.f;
             }
-            y[j] = fmaf(dskip, x[j], m3::groupSum(acc, L));
-            vp[j] = x[j];
-        }
-#pragma unroll
-        for (int i = 0; i < NS; ++i) kp[i] = kn[i];
-
-        float* out = s.out + r * s.ldout + static_cast<int64_t>(h) * P;
-        if (!s.gate_norm) {
+            float* out = s.out + r * s.ldout + hP;
 #pragma unroll
             for (int j = 0; j < RP; ++j) {
                 const int p = rg + G * j;
-                if (lane == 0 && p < P) out[p] = y[j] * siluf(z[j]);
-            }
-        } else {
-            float part = 0.f;
+                const float x = p < P ? xz[p] : 0.f;
+                const float bv = __fmul_rn(beta, vp[j]), gx = __fmul_rn(gamma, x);
+                float acc = 0.f;
 #pragma unroll
-            for (int j = 0; j < RP; ++j)
-                if (lane == 0 && rg + G * j < P) part = fmaf(y[j], y[j], part);
-            part = m3::warpSum(part);
-            float* rb = red + (t & 1) * 32;
-            if ((tid & 31) == 0) rb[warp] = part;
+                for (int i = 0; i < NS; ++i) {
+                    S[j][i] = m3::stateUpdate(S[j][i], alpha, bv, kp[i], gx, kn[i]);
+                    acc = fmaf(S[j][i], qn[i], acc);
+                }
+                const float y = fmaf(dskip, x, m3::groupSum(acc, L));
+                vp[j] = x;
+                if (lane == 0 && p < P) {
+                    if (s.gate_norm) tl.y[si * P + p] = y;
+                    else out[p] = y * siluf(xz[P + p]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < NS; ++i) kp[i] = kn[i];
+        }
+        if (s.gate_norm) {  // per step: ρ = 1/sqrt(mean_p y² + eps) (a warp each), then the gated outputs
             __syncthreads();
-            float tot = 0.f;
-            for (int w = 0; w < lay.threads / 32; ++w) tot += rb[w];
-            const float rho = 1.f / sqrtf(tot / static_cast<float>(P) + m3::kEps);
-#pragma unroll
-            for (int j = 0; j < RP; ++j) {
-                const int p = rg + G * j;
-                if (lane == 0 && p < P) out[p] = __fmul_rn(s.gate_norm[h * P + p], __fmul_rn(y[j], rho)) * siluf(z[j]);
+            for (int si = warp; si < cnt; si += W) {
+                float yy = 0.f;
+                for (int p = tid & 31; p < P; p += 32) yy = fmaf(tl.y[si * P + p], tl.y[si * P + p], yy);
+                yy = m3::warpSum(yy);
+                if ((tid & 31) == 0) tl.red[si] = 1.f / sqrtf(yy / static_cast<float>(P) + m3::kEps);
+            }
+            __syncthreads();
+            for (int idx = tid; idx < cnt * P; idx += lay.threads) {
+                const int si = idx / P, p = idx - si * P;
+                const float y = tl.y[idx], z = tl.xz[si * 2 * P + P + p];
+                s.out[(r0 + t0 + si) * s.ldout + hP + p] = __fmul_rn(s.gate_norm[hP + p], __fmul_rn(y, tl.red[si])) * siluf(z);
             }
         }
+        for (int m = tid; m < NA; m += lay.threads) theta[m] = tl.th[(cnt - 1) * NA + m];
     }
     // the state after the last step
 #pragma unroll
@@ -179,16 +159,16 @@ __global__ void __launch_bounds__(kMamba3MaxThreads) mamba3ForwardKernel(Mamba3S
 
 template <int NS>
 void launchRp(int rp, const Exec& ex, dim3 grid, const Layout& lay, size_t smem, const Mamba3ScanArgs& s,
-              const Checkpointing& ck) {
+              const Checkpointing& ck, int ts) {
     const dim3 block(lay.threads);
     const char* name = ck.data ? "mamba3Scan (checkpoints)" : "mamba3Scan";
     switch (rp) {
-        case 1: launch(name, ex, mamba3ForwardKernel<NS, 1>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck); break;
-        case 2: launch(name, ex, mamba3ForwardKernel<NS, 2>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck); break;
-        case 4: launch(name, ex, mamba3ForwardKernel<NS, 4>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck); break;
-        case 8: launch(name, ex, mamba3ForwardKernel<NS, 8>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck); break;
+        case 1: launch(name, ex, mamba3ForwardKernel<NS, 1>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck, ts); break;
+        case 2: launch(name, ex, mamba3ForwardKernel<NS, 2>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck, ts); break;
+        case 4: launch(name, ex, mamba3ForwardKernel<NS, 4>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck, ts); break;
+        case 8: launch(name, ex, mamba3ForwardKernel<NS, 8>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck, ts); break;
         default:
-            if constexpr (NS < 8) launch(name, ex, mamba3ForwardKernel<NS, 16>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck);
+            if constexpr (NS < 8) launch(name, ex, mamba3ForwardKernel<NS, 16>, grid, block, smem, s, Mamba3Offsets::of(s), lay, ck, ts);
             break;
     }
 }
@@ -212,6 +192,12 @@ Mamba3Shape mamba3Shape(int headdim, int d_state, int per_thread) {
     sh.lay.G = sh.lay.threads / L;
     sh.rp = rp;
     return sh;
+}
+
+int mamba3TileSteps(const Mamba3ScanArgs& s, int xzw, int64_t floats) {
+    int ts = kMamba3TileSteps;
+    while (ts > 1 && m3::tileFloats(ts, s.d_state, s.nangles, s.headdim, xzw) > floats) --ts;
+    return s.steps < ts ? s.steps : ts;
 }
 
 void validateMamba3(const Mamba3ScanArgs& s, const char* op, bool forward) {
@@ -250,13 +236,14 @@ void mamba3Scan(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* 
     const int64_t blocks = static_cast<int64_t>(s.batch) * s.nheads;
     if (blocks > 0x7fffffff) fail("mamba3Scan: batch·nheads = " + std::to_string(blocks) + " is too large for one launch");
     const Mamba3Shape sh = mamba3Shape(s.headdim, s.d_state, kMamba3ForwardPerThread);
-    const size_t smem = (4 * static_cast<size_t>(s.d_state) + s.nangles + 64) * sizeof(float);
+    const int ts = mamba3TileSteps(s, 2, kMamba3TileSmem / sizeof(float) - s.nangles);
+    const size_t smem = (s.nangles + m3::tileFloats(ts, s.d_state, s.nangles, s.headdim, 2)) * sizeof(float);
     const dim3 grid(static_cast<unsigned>(blocks));
     switch (sh.ns) {
-        case 1: launchRp<1>(sh.rp, ex, grid, sh.lay, smem, s, c); break;
-        case 2: launchRp<2>(sh.rp, ex, grid, sh.lay, smem, s, c); break;
-        case 4: launchRp<4>(sh.rp, ex, grid, sh.lay, smem, s, c); break;
-        default: launchRp<8>(sh.rp, ex, grid, sh.lay, smem, s, c); break;
+        case 1: launchRp<1>(sh.rp, ex, grid, sh.lay, smem, s, c, ts); break;
+        case 2: launchRp<2>(sh.rp, ex, grid, sh.lay, smem, s, c, ts); break;
+        case 4: launchRp<4>(sh.rp, ex, grid, sh.lay, smem, s, c, ts); break;
+        default: launchRp<8>(sh.rp, ex, grid, sh.lay, smem, s, c, ts); break;
     }
 }
 

@@ -57,9 +57,12 @@ __device__ __forceinline__ float normBias(float raw, float rs, float w, float bi
     return __fadd_rn(__fmul_rn(w, __fmul_rn(raw, rs)), bias);
 }
 
-/** θ ← wrap_2π(θ + π·tanh(ang)·Δ); the wrap is exact in the sense of the reference (floor of θ/2π). */
-__device__ __forceinline__ float advanceAngle(float th, float ang, float delta) {
-    th = __fadd_rn(th, __fmul_rn(__fmul_rn(kPi, tanhf(ang)), delta));
+/** The angle increment of one step, π·tanh(ang)·Δ (rounded as the reference: (π·tanh)·Δ). */
+__device__ __forceinline__ float angleStep(float ang, float delta) { return __fmul_rn(__fmul_rn(kPi, tanhf(ang)), delta); }
+
+/** θ ← wrap_2π(θ + inc): floor(θ/2π) whole turns removed (the wrap has zero derivative). */
+__device__ __forceinline__ float advanceAngle(float th, float inc) {
+    th = __fadd_rn(th, inc);
     return __fsub_rn(th, __fmul_rn(kTwoPi, floorf(__fdiv_rn(th, kTwoPi))));
 }
 
@@ -93,12 +96,9 @@ struct PairStep {
     float k0, k1, q0, q1;      // rotated
 };
 
-/**
- * Builds pair m of the step's k and q (n1 may be ≥ N for odd N: its values are then 0) and advances the
- * pair's angle θ (held by the caller) when m < nangles.
- */
+/** Builds pair m of a step's k and q (n1 may be ≥ N for odd N: its values are then 0); θ is the step's angle. */
 __device__ __forceinline__ PairStep buildPair(const Mamba3ScanArgs& s, const float* Braw, const float* Craw, float rsB,
-                                              float rsC, int h, int m, float delta, const float* angles, float& theta) {
+                                              float rsC, int h, int m, float theta) {
     const int N = s.d_state, n0 = 2 * m, n1 = 2 * m + 1;
     const float* bb = s.b_bias + static_cast<int64_t>(h) * N;
     const float* cb = s.c_bias + static_cast<int64_t>(h) * N;
@@ -108,7 +108,6 @@ __device__ __forceinline__ PairStep buildPair(const Mamba3ScanArgs& s, const flo
     p.kp1 = n1 < N ? normBias(Braw[n1], rsB, s.b_norm[n1], bb[n1]) : 0.f;
     p.qp1 = n1 < N ? normBias(Craw[n1], rsC, s.c_norm[n1], cb[n1]) : 0.f;
     if (m < s.nangles) {
-        theta = advanceAngle(theta, angles[m], delta);
         p.c = cosf(theta);
         p.s = sinf(theta);
         rotate(p.c, p.s, p.kp0, p.kp1, p.k0, p.k1);
@@ -122,6 +121,130 @@ __device__ __forceinline__ PairStep buildPair(const Mamba3ScanArgs& s, const flo
         p.q1 = p.qp1;
     }
     return p;
+}
+
+// ---- tiles: the state-independent work of TS consecutive steps, done by the whole block at once ----
+// Everything but S (the scalars, the BCNorm scales, θ, k and q) is independent of the state, so a block
+// prepares a tile of steps together — every warp busy with the trigonometry instead of one thread per
+// pair and step — and then runs the tile's recurrence from shared memory without a barrier per step.
+
+constexpr int kCoef = 7;  // per step: Δ, α, β, γ, A, σ, dd_A
+
+/** A tile's shared-memory buffers (xzw = 2: x, z; 3: x, z, dout). */
+struct Tile {
+    float* coef;  // [TS][kCoef]
+    float* rs;    // [TS][2]: BCNorm 1/rms of B and C
+    float* th;    // [TS][NA]: the angle increment, then θ after the step
+    float* kq;    // [TS][2N]: k then q (rotated)
+    float* xz;    // [TS][xzw·P]
+    float* y;     // [TS][P]: y before the gate (gate norm, backward)
+    float* red;   // [TS][2]: per-step sums over the head (gate norm)
+};
+
+__host__ __device__ inline int64_t tileFloats(int TS, int N, int NA, int P, int xzw) {
+    return static_cast<int64_t>(TS) * (kCoef + 2 + NA + 2 * N + (xzw + 1) * P + 2);
+}
+
+__device__ inline Tile carveTile(float* base, int TS, int N, int NA, int P, int xzw) {
+    Tile t;
+    t.coef = base;
+    t.rs = t.coef + TS * kCoef;
+    t.th = t.rs + TS * 2;
+    t.kq = t.th + TS * NA;
+    t.xz = t.kq + TS * 2 * N;
+    t.y = t.xz + TS * xzw * P;
+    t.red = t.y + TS * P;
+    return t;
+}
+
+/**
+ * Prepares steps [t, t + cnt) of one (row, head): rows r0 … r0 + cnt − 1 of proj. theta [NA] holds the angles
+ * before the tile (entry m read by thread m mod threads only). With dout, its rows go to xz after x and z; with
+ * ext, each step's k, q before and after the rotation and cos/sin θ are also written there (ext + i·ext_stride:
+ * k_pre [N], q_pre [N], k [N], q [N], cos [NA], sin [NA]). Ends with a barrier; the caller must have passed one
+ * since the tile's buffers were last read.
+ */
+__device__ inline void prepareTile(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const Tile& tl, int64_t r0, int cnt,
+                                   int h, int grp, const float* theta, int threads, int xzw, const float* dout,
+                                   int64_t lddout, float* ext, int64_t ext_stride) {
+    const int N = s.d_state, P = s.headdim, NA = s.nangles, pairs = (N + 1) / 2;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, W = threads >> 5;
+    const int64_t hP = static_cast<int64_t>(h) * P;
+    // 1. per step: the scalars and the BCNorm scales (a warp each); x, z (, dout); the angle increments
+    for (int i = warp; i < cnt; i += W) {
+        const float* row = s.proj + (r0 + i) * s.ldproj;
+        const float rsB = rmsInv(row + o.b + static_cast<int64_t>(grp) * N, N);
+        const float rsC = rmsInv(row + o.c + static_cast<int64_t>(grp) * N, N);
+        if (lane == 0) {
+            const Coeffs c = coeffs(s, o, row, h);
+            float* cf = tl.coef + i * kCoef;
+            cf[0] = c.delta;
+            cf[1] = c.alpha;
+            cf[2] = c.beta;
+            cf[3] = c.gamma;
+            cf[4] = c.A;
+            cf[5] = c.sig;
+            cf[6] = row[o.a + h];
+            tl.rs[2 * i] = rsB;
+            tl.rs[2 * i + 1] = rsC;
+        }
+    }
+    for (int idx = tid; idx < cnt * P; idx += threads) {
+        const int i = idx / P, p = idx - i * P;
+        const float* row = s.proj + (r0 + i) * s.ldproj;
+        float* xz = tl.xz + i * xzw * P;
+        xz[p] = row[o.x + hP + p];
+        xz[P + p] = row[o.z + hP + p];
+        if (dout) xz[2 * P + p] = dout[(r0 + i) * lddout + hP + p];
+    }
+    for (int idx = tid; idx < cnt * NA; idx += threads) {
+        const int i = idx / NA, m = idx - i * NA;
+        const float* row = s.proj + (r0 + i) * s.ldproj;
+        tl.th[idx] = angleStep(row[o.angle + m], softplusf(row[o.dt + h] + s.dt_bias[h]));
+    }
+    __syncthreads();
+    // 2. the angle chains, one thread per angle
+    for (int m = tid; m < NA; m += threads) {
+        float th = theta[m];
+        for (int i = 0; i < cnt; ++i) {
+            th = advanceAngle(th, tl.th[i * NA + m]);
+            tl.th[i * NA + m] = th;
+        }
+    }
+    __syncthreads();
+    // 3. k and q of every step of the tile
+    for (int idx = tid; idx < cnt * pairs; idx += threads) {
+        const int i = idx / pairs, m = idx - i * pairs;
+        const float* row = s.proj + (r0 + i) * s.ldproj;
+        const PairStep ps = buildPair(s, row + o.b + static_cast<int64_t>(grp) * N, row + o.c + static_cast<int64_t>(grp) * N,
+                                      tl.rs[2 * i], tl.rs[2 * i + 1], h, m, m < NA ? tl.th[i * NA + m] : 0.f);
+        const int n0 = 2 * m, n1 = 2 * m + 1;
+        float* kq = tl.kq + i * 2 * N;
+        kq[n0] = ps.k0;
+        kq[N + n0] = ps.q0;
+        if (n1 < N) {
+            kq[n1] = ps.k1;
+            kq[N + n1] = ps.q1;
+        }
+        if (ext) {
+            float* e = ext + i * ext_stride;
+            e[n0] = ps.kp0;
+            e[N + n0] = ps.qp0;
+            e[2 * N + n0] = ps.k0;
+            e[3 * N + n0] = ps.q0;
+            if (n1 < N) {
+                e[n1] = ps.kp1;
+                e[N + n1] = ps.qp1;
+                e[2 * N + n1] = ps.k1;
+                e[3 * N + n1] = ps.q1;
+            }
+            if (m < NA) {
+                e[4 * N + m] = ps.c;
+                e[4 * N + NA + m] = ps.s;
+            }
+        }
+    }
+    __syncthreads();
 }
 #endif
 
