@@ -20,8 +20,9 @@ namespace mamba::cuda::train {
 /**
  * Device workspaces on demand, owned by the caller (the backend): get(slot, n) returns at least n floats
  * that stay valid until the next request of the same slot. Contents are never assumed to be anything.
- * Slots: 0, 1, 2 the partial sums of the conv and scan backward (Mamba-3: chunk states, dk/dq, φ; 4 its norm products); 3 rmsnorm's 1/rms per row; 5 the double
- * partials of sumOfSquares and mse; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
+ * Slots: 0, 1, 2 the partial sums of the conv and scan backward (Mamba-3's backward: its chunk states, dk/dq,
+ * φ and partials; 4 its norm products); 3 rmsnorm's 1/rms per row; 5 the double partials of sumOfSquares and
+ * mse; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
  */
 struct Scratch {
     void* owner;
