@@ -7,7 +7,7 @@
 //   cpu_backend.cpp  memory, capabilities, rmsnorm, embed, negExp, low-precision conversion, convSilu
 //   cpu_gemm.cpp     gemm (every product, forward and backward)
 //   cpu_scan.cpp     selectiveScan (inference and training) and selectiveScanBackward
-//   cpu_mamba3.cpp   mamba3Scan and mamba3ScanBackward (Mamba-3 SISO)
+//   cpu_mamba3.cpp   mamba3Scan and mamba3ScanBackward (Mamba-3 SISO; (batch row, head) tasks)
 //   cpu_train.cpp    rmsnorm/conv backward, scale, sumOfSquares, AdamW, losses
 #pragma once
 

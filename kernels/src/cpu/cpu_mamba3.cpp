@@ -105,21 +105,22 @@ inline void rotate(const float* pre, const float* cs, const float* sn, int NA, i
 
 /**
  * Everything of one (step, head) that does not depend on S: the scalars; θ advanced in place; k and q (biased,
- * rotated) with their unrotated kPre/qPre; cos/sin of the new θ; tanh of the angle inputs (th, may be null).
+ * rotated) with their unrotated kPre/qPre; cos/sin of the new θ; tanh of the angle inputs (th).
  */
 inline HeadScalars prepareStep(const Mamba3ScanArgs& s, const float* row, int h, float* theta, float* kPre, float* qPre,
                                float* k, float* q, float* cs, float* sn, float* th) {
     const int N = s.d_state, NA = s.nangles, g = h / (s.nheads / s.ngroups);
     const HeadScalars v = headScalars(s, row, h);
     const float* ang = row + s.angleCol();
+    const float delta = v.delta;
+#pragma omp simd
     for (int a = 0; a < NA; ++a) {
-        const float t = std::tanh(ang[a]);
-        if (th) th[a] = t;
-        float x = theta[a] + kPi * t * v.delta;
-        x = x - kTwoPi * std::floor(x / kTwoPi);
+        const float t = fastTanh(ang[a]);
+        th[a] = t;
+        float x = theta[a] + kPi * t * delta;
+        x = x - kTwoPi * __builtin_floorf(x / kTwoPi);
         theta[a] = x;
-        cs[a] = std::cos(x);
-        sn[a] = std::sin(x);
+        fastSinCos(x, &sn[a], &cs[a]);
     }
     normBias(row + s.bCol() + g * N, s.b_norm, s.b_bias + static_cast<int64_t>(h) * N, N, kPre);
     normBias(row + s.cCol() + g * N, s.c_norm, s.c_bias + static_cast<int64_t>(h) * N, N, qPre);
@@ -127,6 +128,14 @@ inline HeadScalars prepareStep(const Mamba3ScanArgs& s, const float* row, int h,
     rotate(qPre, cs, sn, NA, N, q);
     return v;
 }
+
+/**
+ * Sums over d_state run in kLanes partial sums (lane l takes n ≡ l mod kLanes, the tail n ≥ N − N % kLanes goes
+ * to lane 0), added pairwise at the end: a fixed order that GCC keeps in one vector register. (`omp simd
+ * reduction` over a d_state of 128 spends as long on its per-row setup and spill as on the sum.)
+ */
+constexpr int kLanes = 8;
+inline float sumLanes(const float* a) { return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])); }
 
 /**
  * The recurrence of one head at one step: Sout = α·Sin + β·v_prev ⊗ k_prev + γ·x ⊗ k (Sout may be Sin), and
@@ -140,19 +149,52 @@ inline void stateStep(int P, int N, const HeadScalars& v, const float* Sin, floa
         bk[n] = v.beta * kPrev[n];
         gk[n] = v.gamma * k[n];
     }
+    const int NV = N - N % kLanes;
+    const float alpha = v.alpha;
     for (int p = 0; p < P; ++p) {
         const float* si = Sin + static_cast<int64_t>(p) * N;
         float* so = Sout + static_cast<int64_t>(p) * N;
-        const float vp = vPrev[p], xp = x[p], alpha = v.alpha;
-        float acc = 0.f;
-#pragma omp simd reduction(+ : acc)
-        for (int n = 0; n < N; ++n) {
-            const float sn = alpha * si[n] + vp * bk[n] + xp * gk[n];
-            so[n] = sn;
-            acc += sn * q[n];
+        const float vp = vPrev[p], xp = x[p];
+        float acc[kLanes] = {};
+        for (int n = 0; n < NV; n += kLanes)
+            for (int l = 0; l < kLanes; ++l) {
+                const float e = alpha * si[n + l] + vp * bk[n + l] + xp * gk[n + l];
+                so[n + l] = e;
+                acc[l] += e * q[n + l];
+            }
+        for (int n = NV; n < N; ++n) {
+            const float e = alpha * si[n] + vp * bk[n] + xp * gk[n];
+            so[n] = e;
+            acc[0] += e * q[n];
         }
-        y[p] = acc + D * xp;
+        y[p] = sumLanes(acc) + D * xp;
     }
+}
+
+/**
+ * One row p of a head's state in the reverse pass: G_p += dy_p·q (then G_p ← α·G_p for the step before), and the
+ * contractions dq += dy_p·S_t[p], dkx += G_p·x_p, dkv += G_p·v_prev[p], gkt = G_p·k, gkp = G_p·k_prev,
+ * da = G_p·S_{t−1}[p].
+ */
+inline void reverseRow(int N, float* __restrict G, const float* __restrict sc, const float* __restrict sp,
+                       const float* __restrict q, const float* __restrict k, const float* __restrict kPrev, float dy, float x,
+                       float vp, float alpha, float* __restrict dq, float* __restrict dkx, float* __restrict dkv, float* gkt,
+                       float* gkp, float* da) {
+    float a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma omp simd reduction(+ : a1, a2, a3)
+    for (int i = 0; i < N; ++i) {
+        const float gn = G[i] + dy * q[i];
+        dq[i] += dy * sc[i];
+        a1 += gn * k[i];
+        a2 += gn * kPrev[i];
+        a3 += gn * sp[i];
+        dkx[i] += gn * x;
+        dkv[i] += gn * vp;
+        G[i] = gn * alpha;
+    }
+    *gkt = a1;
+    *gkp = a2;
+    *da = a3;
 }
 
 /** out = y ⊙ SiLU(z), or with gate norm w: w ⊙ y / rms(y) ⊙ SiLU(z) (over the head). */
@@ -179,9 +221,9 @@ void forwardTask(const Mamba3ScanArgs& s, const ScanCheckpoints* ck, int b, int 
     float* vPrev = st + s.vOffset() + static_cast<int64_t>(h) * P;
     float* theta = st + s.angleOffset() + static_cast<int64_t>(h) * NA;
     const int64_t nN = lines(N), nA = lines(NA), nP = lines(P);
-    float* w = workerScratch(0, 6 * nN + 2 * nA + nP);
+    float* w = workerScratch(0, 6 * nN + 3 * nA + nP);
     float *kPre = w, *qPre = w + nN, *k = w + 2 * nN, *q = w + 3 * nN, *bk = w + 4 * nN, *gk = w + 5 * nN;
-    float *cs = w + 6 * nN, *sn = cs + nA, *y = sn + nA;
+    float *cs = w + 6 * nN, *sn = cs + nA, *th = sn + nA, *y = th + nA;
     const float D = s.d_skip[h];
     const float* gw = s.gate_norm ? s.gate_norm + static_cast<int64_t>(h) * P : nullptr;
     float* ckRow = nullptr;
@@ -198,7 +240,7 @@ void forwardTask(const Mamba3ScanArgs& s, const ScanCheckpoints* ck, int b, int 
         const int64_t r = static_cast<int64_t>(b) * T + t;
         const float* row = s.proj + r * s.ldproj;
         const float* x = row + s.xCol() + h * P;
-        const HeadScalars v = prepareStep(s, row, h, theta, kPre, qPre, k, q, cs, sn, nullptr);
+        const HeadScalars v = prepareStep(s, row, h, theta, kPre, qPre, k, q, cs, sn, th);
         stateStep(P, N, v, S, S, kPrev, vPrev, x, k, q, D, bk, gk, y);
         std::memcpy(kPrev, k, sizeof(float) * N);
         std::memcpy(vPrev, x, sizeof(float) * P);
@@ -333,26 +375,14 @@ void backwardTask(const Mamba3ScanBackwardArgs& a, const BackwardParts& out, int
             std::fill(dkv, dkv + N, 0.f);
             float dAlpha = 0.f, dBeta = 0.f, dGamma = 0.f;
             for (int p = 0; p < P; ++p) {
-                float* Gp = Gs + static_cast<int64_t>(p) * N;
-                const float* sc = Scur + static_cast<int64_t>(p) * N;
-                const float* sp = Sprev + static_cast<int64_t>(p) * N;
-                const float dyp = dy[p], xp = x[p], vp = vPrev[p], alpha = v.alpha;
-                float gkt = 0.f, gkp = 0.f, da = 0.f;
-#pragma omp simd reduction(+ : gkt, gkp, da)
-                for (int n = 0; n < N; ++n) {
-                    const float gn = Gp[n] + dyp * q[n];
-                    dq[n] += dyp * sc[n];
-                    gkt += gn * k[n];
-                    gkp += gn * kPrev[n];
-                    da += gn * sp[n];
-                    dkx[n] += gn * xp;
-                    dkv[n] += gn * vp;
-                    Gp[n] = gn * alpha;
-                }
-                dxv[p] = D * dyp + v.gamma * gkt + dxNext[p];
+                float gkt, gkp, da;
+                reverseRow(N, Gs + static_cast<int64_t>(p) * N, Scur + static_cast<int64_t>(p) * N,
+                           Sprev + static_cast<int64_t>(p) * N, q, k, kPrev, dy[p], x[p], vPrev[p], v.alpha, dq, dkx, dkv,
+                           &gkt, &gkp, &da);
+                dxv[p] = D * dy[p] + v.gamma * gkt + dxNext[p];
                 dxNext[p] = v.beta * gkp;  // reaches x_{t−1} as v_prev (dropped at t = 0)
-                dBeta += vp * gkp;
-                dGamma += xp * gkt;
+                dBeta += vPrev[p] * gkp;
+                dGamma += x[p] * gkt;
                 dAlpha += da;
             }
             std::memcpy(drow + s.xCol() + h * P, dxv, sizeof(float) * P);

@@ -69,6 +69,40 @@ static inline float softplus(float x) {
     return x > 20.0f ? x : v;
 }
 
+/** tanh(x) = 1 − 2/(e^{2x} + 1): absolute error below ~2e-7 (relative error grows near 0, where tanh ≈ x is tiny). */
+static inline float fastTanh(float x) {
+    const float xc = x < -9.0f ? -9.0f : (x > 9.0f ? 9.0f : x);  // tanh(±9) rounds to ±1 in f32
+    return 1.0f - 2.0f / (fastExp(2.0f * xc) + 1.0f);
+}
+
+/**
+ * sin(x) and cos(x) for |x| up to ~1e5 (angles are kept in [0, 2π)): x = j·π/2 + r with |r| ≤ π/4 (three-part
+ * Cody–Waite split), odd/even Taylor polynomials in r, the quadrant j mod 4 picks and signs them. Absolute
+ * error below ~1.5e-7.
+ */
+static inline void fastSinCos(float x, float* s, float* c) {
+    const float j = __builtin_floorf(x * 0.636619772367581343f + 0.5f);
+    const float r = ((x - j * 1.5703125f) - j * 4.837512969970703125e-4f) - j * 7.549789954891886e-8f;
+    const float r2 = r * r;
+    float ps = -1.0f / 39916800.0f;
+    ps = ps * r2 + 1.0f / 362880.0f;
+    ps = ps * r2 - 1.0f / 5040.0f;
+    ps = ps * r2 + 1.0f / 120.0f;
+    ps = ps * r2 - 1.0f / 6.0f;
+    const float sr = r + r * r2 * ps;
+    float pc = 1.0f / 479001600.0f;
+    pc = pc * r2 - 1.0f / 3628800.0f;
+    pc = pc * r2 + 1.0f / 40320.0f;
+    pc = pc * r2 - 1.0f / 720.0f;
+    pc = pc * r2 + 1.0f / 24.0f;
+    pc = pc * r2 - 0.5f;
+    const float cr = 1.0f + r2 * pc;
+    const int32_t q = static_cast<int32_t>(j) & 3;  // two's complement: −1 & 3 = 3, as wanted
+    const float sv = (q & 1) ? cr : sr, cv = (q & 1) ? sr : cr;
+    *s = (q & 2) ? -sv : sv;
+    *c = ((q + 1) & 2) ? -cv : cv;
+}
+
 static inline float sigmoid(float x) { return 1.0f / (1.0f + fastExp(-x)); }
 static inline float silu(float x) { return x * sigmoid(x); }
 

@@ -83,4 +83,44 @@ bool dtProjectionFusable(const ScanArgs& s, const ScanPlan& plan);
 void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws,
                    const DtProjection* dt = nullptr, const ScanCheckpoints* ck = nullptr);
 
+// ---- mamba3_scan.cu (the backward: mamba3_scan_backward.cu, train_kernels.h) ----
+/** The largest headdim·d_state: one head's state is held in the registers of one thread block. */
+constexpr int64_t kMamba3MaxHeadState = 16384;
+/** Threads per (row, head) block at most (so that 128 registers per thread fit). */
+constexpr int kMamba3MaxThreads = 512;
+/** State floats per thread the forward aims at (more threads per block for short, latency-bound scans). */
+constexpr int kMamba3ForwardPerThread = 16;
+/** The threads of a (row, head) block (mamba3_step.cuh). */
+struct Mamba3Layout {
+    int L;        // lanes per row group (a power of two ≤ 32)
+    int G;        // row groups per block (threads / L)
+    int threads;  // a multiple of 32
+};
+/** Mamba3ScanArgs' column and state offsets, computed on the host (ops.h's helpers are host code). */
+struct Mamba3Offsets {
+    int z, x, b, c, dt, a, trap, angle;  // in_proj columns
+    int64_t k, v, theta, state;          // inside one row's state; state = its size
+    static Mamba3Offsets of(const Mamba3ScanArgs& s) {
+        return Mamba3Offsets{s.zCol(),   s.xCol(),    s.bCol(),        s.cCol(),    s.dtCol(),
+                             s.aCol(),   s.trapCol(), s.angleCol(),    s.kOffset(), s.vOffset(),
+                             s.angleOffset(), s.stateSize()};
+    }
+};
+/** A block's layout and its registers: ns states × rp rows per thread. */
+struct Mamba3Shape {
+    int ns, rp;
+    Mamba3Layout lay;
+};
+Mamba3Shape mamba3Shape(int headdim, int d_state, int per_thread);
+/** Steps whose state-independent work a block prepares together (mamba3_step.cuh), at most. */
+constexpr int kMamba3TileSteps = 16;
+/** Shared memory the forward's tile may take (bytes): no opt-in needed. */
+constexpr int64_t kMamba3TileSmem = 46 * 1024;
+/** Steps per tile for these arguments: the most ≤ kMamba3TileSteps (and ≤ steps) whose buffers fit `floats`. */
+int mamba3TileSteps(const Mamba3ScanArgs& s, int xzw, int64_t floats);
+/** Throws (fail) for arguments outside the kernels' contract, naming `op`; the backward reads no state. */
+void validateMamba3(const Mamba3ScanArgs& s, const char* op, bool forward);
+/** The Mamba-3 SISO scan, step by step; with ck, the whole state before every ck->chunk-th step. */
+void mamba3Scan(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck);
+
 }  // namespace mamba::cuda

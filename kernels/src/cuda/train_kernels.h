@@ -20,8 +20,9 @@ namespace mamba::cuda::train {
 /**
  * Device workspaces on demand, owned by the caller (the backend): get(slot, n) returns at least n floats
  * that stay valid until the next request of the same slot. Contents are never assumed to be anything.
- * Slots: 0, 1, 2 the partial sums of the conv and scan backward; 3 rmsnorm's 1/rms per row; 5 the double
- * partials of sumOfSquares and mse; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
+ * Slots: 0, 1, 2 the partial sums of the conv and scan backward (Mamba-3's backward: its chunk states, dk/dq,
+ * φ and partials; 4 its norm products); 3 rmsnorm's 1/rms per row; 5 the double partials of sumOfSquares and
+ * mse; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
  */
 struct Scratch {
     void* owner;
@@ -58,6 +59,10 @@ void convSiluBackward(const Exec& ex, const ConvBackwardArgs& c, const Scratch& 
 // ---- train_scan.cu ----
 // (the forward with checkpoints is selectiveScan in selective_scan.cu, kernels.h)
 void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scratch& scratch);
+
+// ---- mamba3_scan_backward.cu ----
+// (the forward with checkpoints is mamba3Scan in mamba3_scan.cu, kernels.h). Uses scratch slots 0, 1, 2, 4 and 7.
+void mamba3ScanBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const Scratch& scratch);
 
 // ---- train_optim.cu ----
 void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a);

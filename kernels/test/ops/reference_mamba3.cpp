@@ -97,6 +97,12 @@ HeadTrace runHead(const Mamba3Problem& p, int b, int h, int chunk, bool keep, Ma
     Vec vPrev(st0 + p.vOffset() + static_cast<int64_t>(h) * P, st0 + p.vOffset() + static_cast<int64_t>(h + 1) * P);
     Vec theta(st0 + p.angleOffset() + static_cast<int64_t>(h) * NA, st0 + p.angleOffset() + static_cast<int64_t>(h + 1) * NA);
     HeadTrace tr;
+    if (keep) {
+        tr.S.reserve(static_cast<size_t>(T + 1) * P * N);
+        tr.k.reserve(static_cast<size_t>(T + 1) * N);
+        tr.v.reserve(static_cast<size_t>(T + 1) * P);
+        tr.theta.reserve(static_cast<size_t>(T + 1) * NA);
+    }
     // Writes this head's state into a row state laid out like Mamba3ScanArgs.
     auto store = [&](double* row) {
         std::copy(S.begin(), S.end(), row + static_cast<int64_t>(h) * P * N);
