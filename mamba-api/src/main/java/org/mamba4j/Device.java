@@ -52,7 +52,10 @@ public final class Device {
     /** Why {@link #cudaCount()} is 0, or an empty string when it is not. */
     public static String cudaUnavailableReason() {
         Native.load();
-        return NativeGuard.call(() -> libmamba.cudaUnavailableReason().getString());
+        return NativeGuard.call(() -> {
+            org.bytedeco.javacpp.BytePointer reason = libmamba.cudaUnavailableReason();
+            return reason == null ? "" : reason.getString();  // JavaCPP maps an empty std::string to null
+        });
     }
 
     /** True for the CPU. */

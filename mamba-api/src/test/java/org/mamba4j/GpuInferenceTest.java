@@ -53,6 +53,12 @@ class GpuInferenceTest {
         return out;
     }
 
+    /** With a GPU there is no reason: an empty string (JavaCPP hands an empty std::string back as null). */
+    @Test
+    void noUnavailableReasonWithAGpu() {
+        org.junit.jupiter.api.Assertions.assertEquals("", Device.cudaUnavailableReason());
+    }
+
     @Test
     void f32MatchesCpuOver64Steps() {
         Random rng = new Random(SEED);
