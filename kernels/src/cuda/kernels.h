@@ -123,4 +123,19 @@ void validateMamba3(const Mamba3ScanArgs& s, const char* op, bool forward);
 /** The Mamba-3 SISO scan, step by step; with ck, the whole state before every ck->chunk-th step. */
 void mamba3Scan(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck);
 
+// ---- mamba3_chunked.cu: the chunked (matmul) form of the same scan, for long calls ----
+/** Steps per chunk of the chunked form (the checkpoint chunk must equal it for the training forward). */
+constexpr int kMamba3Chunk = 64;
+/**
+ * Steps from which the backend takes the chunked form. The step kernel costs ~2 µs per step at the official
+ * head (8.1 ms for T = 4096), so a call of a few dozen steps already gains; decode (T = 1) never takes it.
+ */
+constexpr int kMamba3ChunkedMinSteps = 32;
+/** Whether the chunked form can run these arguments (steps, checkpoint chunk, shared memory, grid size). */
+bool mamba3ChunkedUsable(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck);
+/** Workspace floats the chunked form needs (each chunk's own state, its summary, the final k and θ). */
+int64_t mamba3ChunkedWorkspace(const Mamba3ScanArgs& s);
+/** The chunked form (three launches); ws holds mamba3ChunkedWorkspace(s) floats. Same contract as mamba3Scan. */
+void mamba3ScanChunked(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck, float* ws);
+
 }  // namespace mamba::cuda

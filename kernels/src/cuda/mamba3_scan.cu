@@ -9,8 +9,10 @@
 //     summed over its row group's lanes by a xor tree; k_prev and v_prev stay in registers.
 // The gate norm needs Σ_p y² over the head per step: after the tile, a warp per step, then the gated outputs.
 //
-// Decode (T = 1), prefill and training (checkpoints) all use this kernel; with checkpoints the whole head
-// state (S, k_prev, v_prev, θ) is stored before steps 0, chunk, 2·chunk, … for mamba3_scan_backward.cu.
+// Decode (T = 1) and short calls use this kernel; calls of kMamba3ChunkedMinSteps steps or more take the
+// chunked form (mamba3_chunked.cu) when it can run them. With checkpoints the whole head state (S, k_prev,
+// v_prev, θ) is stored before steps 0, chunk, 2·chunk, … for mamba3_scan_backward.cu (the chunked form does
+// the same when chunk = kMamba3Chunk; otherwise this kernel runs).
 #include "cuda_backend.h"
 #include "mamba3_step.cuh"
 
@@ -251,7 +253,27 @@ void CudaBackend::mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* che
     Lock lock(mu_);
     validateMamba3(s, "mamba3Scan", true);
     enter();
-    cuda::mamba3Scan(nextExec(), s, checkpoints);
+    const Exec e = nextExec();
+    // Long calls take the chunked form (mamba3_chunked.cu) when its workspace is there or can be allocated
+    // (never inside a capture); setScanAlgo(Sequential) keeps the step kernel (tests, A/B timing).
+    if (scan_algo_ != ScanAlgo::Sequential && s.batch > 0 && (!checkpoints || checkpoints->data) &&
+        mamba3ChunkedUsable(e, s, checkpoints)) {
+        const int64_t need = mamba3ChunkedWorkspace(s);
+        if (need > scan_ws_floats_ && !capturing_) {
+            float* bigger = static_cast<float*>(deviceMalloc(static_cast<size_t>(need) * sizeof(float), "scan workspace"));
+            if (scan_ws_) {
+                if (live_graphs_ > 0) retired_.push_back(scan_ws_);  // a live graph may still use it
+                else freeNow(scan_ws_);
+            }
+            scan_ws_ = bigger;
+            scan_ws_floats_ = need;
+        }
+        if (need <= scan_ws_floats_) {
+            cuda::mamba3ScanChunked(e, s, checkpoints, scan_ws_);
+            return;
+        }
+    }
+    cuda::mamba3Scan(e, s, checkpoints);
 }
 
 }  // namespace mamba::cuda

@@ -421,11 +421,17 @@ std::vector<Case> mamba3Cases() {
             fwd(shapeOf(h, 3, T, 64, false));
         }
     fwd(shapeOf(kHeadsA, 3, 64, 16, false, true));
+    // Long enough for several chunks of the CUDA chunked form (kMamba3Chunk = 64), state carried in and out.
+    fwd(shapeOf(kHeadsA, 3, 256, 0, false));
+    fwd(shapeOf(kHeadsB, 2, 1000, 64, true));
+    fwd(shapeOf(kHeadsE, 2, 1000, 64, true));
     for (const HeadCfg& h : {kHeadsA, kHeadsB}) {
         split(shapeOf(h, 3, 130, 0, true), {65}, "65+65");
         split(shapeOf(h, 3, 65, 0, false), {1}, "1+64");
         split(shapeOf(h, 2, 7, 0, true), {1, 2, 3, 4, 5, 6}, "7 single steps");
     }
+    split(shapeOf(kHeadsA, 2, 1000, 0, true), {300, 301}, "300+1+699");
+    split(shapeOf(kHeadsE, 1, 1000, 0, false), {130}, "130+870");
     for (const HeadCfg& h : {kHeadsA, kHeadsB})
         for (int T : Ts)
             for (int B : {1, 3}) bwd(shapeOf(h, B, T, 64, B == 3));
