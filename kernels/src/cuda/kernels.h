@@ -123,4 +123,12 @@ void validateMamba3(const Mamba3ScanArgs& s, const char* op, bool forward);
 /** The Mamba-3 SISO scan, step by step; with ck, the whole state before every ck->chunk-th step. */
 void mamba3Scan(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck);
 
+// ---- mamba3_decode.cu ----
+/**
+ * One decode step (steps == 1) of mamba3Scan as a streaming kernel over (row, head, slice of headdim rows);
+ * returns false, launching nothing, where it does not apply (gate norm; env MAMBA_M3DECODE=0 disables it).
+ * The state after the step is the sequential kernel's bit for bit; y may differ in the order of its sum.
+ */
+bool mamba3Decode(const Exec& ex, const Mamba3ScanArgs& s);
+
 }  // namespace mamba::cuda
