@@ -137,5 +137,12 @@ bool mamba3ChunkedUsable(const Exec& ex, const Mamba3ScanArgs& s, const ScanChec
 int64_t mamba3ChunkedWorkspace(const Mamba3ScanArgs& s);
 /** The chunked form (three launches); ws holds mamba3ChunkedWorkspace(s) floats. Same contract as mamba3Scan. */
 void mamba3ScanChunked(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck, float* ws);
+// ---- mamba3_decode.cu ----
+/**
+ * One decode step (steps == 1) of mamba3Scan as a streaming kernel over (row, head, slice of headdim rows);
+ * returns false, launching nothing, where it does not apply (gate norm, d_state > 256).
+ * The state after the step is the sequential kernel's bit for bit; y may differ in the order of its sum.
+ */
+bool mamba3Decode(const Exec& ex, const Mamba3ScanArgs& s);
 
 }  // namespace mamba::cuda

@@ -229,6 +229,7 @@ void validateMamba3(const Mamba3ScanArgs& s, const char* op, bool forward) {
 
 void mamba3Scan(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckpoints* ck) {
     if (s.batch == 0 || s.steps == 0) return;
+    if (s.steps == 1 && !ck && mamba3Decode(ex, s)) return;  // decode: mamba3_decode.cu
     Checkpointing c{nullptr, 1, 1};
     if (ck) {
         if (ck->chunk < 1) fail("mamba3Scan: checkpoint chunk = " + std::to_string(ck->chunk) + " must be ≥ 1");
