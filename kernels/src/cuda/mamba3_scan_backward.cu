@@ -28,7 +28,7 @@ namespace {
 using m3::Layout;
 
 /** Whether calls with 64-step checkpoints take the chunked backward (mamba3_chunked.cu). */
-constexpr bool kChunkedBackward = false;  // off until checked on a GPU
+constexpr bool kChunkedBackward = true;
 /** Steps of the reverse walk staged in shared memory at once, at most. */
 constexpr int kReverseTile = 8;
 /** Most chunk-workspace floats one launch of kernel 1 may use (blocks beyond it run in later launches). */
