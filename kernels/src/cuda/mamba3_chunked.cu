@@ -29,6 +29,7 @@
 // The products are plain f32 FMA from shared memory (4×4 outputs per thread, 16-byte loads).
 #include "cuda_backend.h"
 #include "mamba3_step.cuh"
+#include "train_kernels.h"
 
 #include <algorithm>
 #include <string>
@@ -99,11 +100,12 @@ struct Scal {
 /**
  * Prepares chunk c (steps [c·64, c·64 + len)) of (row b, head h) in shared memory, whose buffers the caller
  * has zeroed: the scalars (γ, Δ(1−σ), c_t the inclusive sum of A·Δ), the local angle chain φ (in th, [64][NA]),
- * k and (when Q) q rotated by φ — K[i·ldn + n] or, with kTrans, K[n·kLdS + i] — and x transposed, Xt[p·kLdS + i].
+ * k and (when Q) q rotated by φ — K[i·ldn + n] or, with kTrans, K[n·kLdS + i] — and x, Xt[p·xp + i·xi] (by default
+ * transposed: xp = kLdS, xi = 1).
  * Ends with a barrier.
  */
 __device__ void prepChunk(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const Geom& g, int b, int h, int c, int len,
-                          float* Q, float* K, bool kTrans, float* Xt, const Scal& sc, float* th) {
+                          float* Q, float* K, bool kTrans, float* Xt, const Scal& sc, float* th, int xp = kLdS, int xi = 1) {
     const int N = g.N, P = g.P, NA = g.NA, pairs = (N + 1) / 2;
     const int grp = h / (s.nheads / s.ngroups);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -124,7 +126,7 @@ __device__ void prepChunk(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const
     }
     for (int idx = tid; idx < len * P; idx += kThreads) {
         const int i = idx / P, p = idx - i * P;
-        Xt[p * kLdS + i] = s.proj[(r0 + i) * s.ldproj + o.x + hP + p];
+        Xt[p * xp + i * xi] = s.proj[(r0 + i) * s.ldproj + o.x + hP + p];
     }
     for (int idx = tid; idx < len * NA; idx += kThreads) {
         const int i = idx / NA, m = idx - i * NA;
@@ -484,4 +486,771 @@ void mamba3ScanChunked(const Exec& ex, const Mamba3ScanArgs& s, const ScanCheckp
            static_cast<const float*>(ws));
 }
 
+
+// ================================================================ backward (training)
+// The chunked form of mamba3ScanBackward (the math: mamba3-siso.md §4 and its chunked equivalents). Every
+// chunk works in its local angle frame (as the forward's), from its checkpoint (the true state before it);
+// with S̃ the folded chunk-start state (local frame), e_t = e^{c_t}, Mw[t,s] = e_t/e_s·scale_s (s < t), γ_t
+// (s = t), and the chunk's last step L weighted by coef_s = e^{c_L−c_s}·scale_s, where scale_L = γ_L + the next
+// chunk's Δ₀(1−σ₀) (its fold term belongs to this chunk's x_L ⊗ k_L):
+//   y_t = e_t·S̃ q_t + Σ_{s≤t} Mw[t,s] (q_t·k_s) x_s + D x_t,   S_end = e_L·S̃ + Σ_s coef_s x_s ⊗ k_s.
+// Five launches:
+//  1. dy:    per chunk, y recomputed (as the forward's output kernel), the gate's backward (dz, dy; per-chunk
+//            partials of Σ dy·x and of the gate-norm weight), the per-step scalar e_t·dy_t·(S̃ q_t) and the
+//            chunk's own gradient O = Σ_t e_t·dy_t ⊗ q_t.
+//  2. pass:  per (row, head, p, pair of n), chunks from last to first: dS_end of the chunk (stored in its local
+//            frame over O), then G ← e_L·G + rot(θ_c)·O; the last G (the gradient of the folded start state) kept.
+//  3. grads: per chunk, the masked products for dq, dk, dx, the decay and scale gradients (dΔ without its angle
+//            term and without the fold of its first step, d dd_A, dtrap), the RoPE backward in the local frame
+//            (dk, dq before the rotation; dθ summed backwards inside the chunk, the chunk's total apart), and the
+//            gradient of the next chunk's fold coefficient (for chunk 0 of its incoming state's).
+//  4. carry: per (row, head, angle), the angle totals of the later chunks.
+//  5. rows:  per row, the fold and angle terms into d dd_dt and dtrap, and dangles.
+// Then (in mamba3_scan_backward.cu) the BCNorm backward and the parameter column sums. No atomics.
+namespace {
+
+struct BGeom {
+    Geom g;        // g.ldn = nr + 4 here
+    int ldp;       // row stride of p-indexed rows (pr + 4)
+    int64_t bhc;   // chunks in all: batch·heads·C
+    // workspace offsets (floats)
+    int64_t dS0, dy, y0, cl, fb, tot, pd, pw, end;
+};
+
+BGeom bgeomOf(const Mamba3ScanArgs& s) {
+    BGeom bg;
+    bg.g = geomOf(s);
+    bg.g.ldn = bg.g.nr + 4;
+    bg.ldp = bg.g.pr + 4;
+    const int64_t BH = static_cast<int64_t>(s.batch) * s.nheads;
+    bg.bhc = BH * bg.g.C;
+    const int64_t PN = static_cast<int64_t>(bg.g.P) * bg.g.N;
+    bg.dS0 = bg.bhc * PN;
+    bg.dy = bg.dS0 + BH * PN;
+    bg.y0 = bg.dy + bg.bhc * kQ * bg.g.P;
+    bg.cl = bg.y0 + bg.bhc * kQ;
+    bg.fb = bg.cl + bg.bhc;
+    bg.tot = bg.fb + bg.bhc;
+    bg.pd = bg.tot + bg.bhc * bg.g.NA;
+    bg.pw = bg.pd + bg.bhc;
+    bg.end = bg.pw + bg.bhc * bg.g.P;
+    return bg;
+}
+
+/** acc[i][j] += Σ_k A[(ty + 16i)·ar + k·ak]·B[(tx + 16j)·br + k·bk] over k < K (scalar loads, any strides). */
+__device__ __forceinline__ void mmG(float (&acc)[4][4], const float* A, int ar, int ak, const float* B, int br, int bk, int K,
+                                    int ty, int tx) {
+#pragma unroll 4
+    for (int k = 0; k < K; ++k) {
+        float a[4], b[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = A[(ty + 16 * i) * ar + k * ak];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) b[j] = B[(tx + 16 * j) * br + k * bk];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
+
+/** Σ over the block (warps in order through red[8]); every thread gets the same bits. Contains barriers. */
+__device__ __forceinline__ float blockSum(float v, float* red) {
+    v = m3::warpSum(v);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = 0.f;
+    for (int u = 0; u < kThreads / 32; ++u) t += red[u];
+    __syncthreads();
+    return t;
+}
+
+/**
+ * Pair m of row p of the folded chunk-start state in the chunk's local frame, from the checkpoint ck (the row's
+ * state before the chunk): S̃ = S + bf0·v_prev ⊗ k_prev, rotated by −θ_c (cosines and sines in cth, sth).
+ */
+__device__ __forceinline__ void foldedPair(const float* ck, const Mamba3Offsets& o, int h, int p, int m, int N, int P, int NA,
+                                           float bf0, const float* cth, const float* sth, float& L0, float& L1) {
+    const int n0 = 2 * m, n1 = 2 * m + 1;
+    const bool has1 = n1 < N;
+    const int64_t hP = static_cast<int64_t>(h) * P;
+    const float* Srow = ck + (hP + p) * N;
+    const float S0 = Srow[n0], S1 = has1 ? Srow[n1] : 0.f;
+    const float kp0 = ck[o.k + static_cast<int64_t>(h) * N + n0];
+    const float kp1 = has1 ? ck[o.k + static_cast<int64_t>(h) * N + n1] : 0.f;
+    const float bv = __fmul_rn(bf0, ck[o.v + hP + p]);
+    const float T0 = fmaf(bv, kp0, S0), T1 = fmaf(bv, kp1, S1);
+    if (m < NA) {
+        const float cs = cth[m], sn = sth[m];
+        L0 = fmaf(cs, T0, __fmul_rn(sn, T1));
+        L1 = fmaf(cs, T1, -__fmul_rn(sn, T0));
+    } else {
+        L0 = T0;
+        L1 = T1;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws) {
+    extern __shared__ float4 sm4[];
+    float* sm = reinterpret_cast<float*>(sm4);
+    const Mamba3ScanArgs& s = a.fwd;
+    const Geom& g = bg.g;
+    const int C = g.C, H = s.nheads, N = g.N, P = g.P, NA = g.NA, ldn = g.ldn, ldp = bg.ldp;
+    const int c = static_cast<int>(blockIdx.x % C);
+    const int bh = static_cast<int>(blockIdx.x / C), h = bh % H, b = bh / H;
+    const int len = min(kQ, s.steps - c * kQ);
+    float* Q = sm;                    // [64][ldn]
+    float* K = Q + kQ * ldn;          // [64][ldn]: k, then S̃ (local frame)
+    float* X = K + kQ * ldn;          // [64][ldp]
+    float* M = X + kQ * ldp;          // [64][kLdS]
+    float* Y = M + kQ * kLdS;         // [64][ldp]: y, then dy, then e_t·dy
+    float* YS = Y + kQ * ldp;         // [64][ldp]: e_t·S̃ q_t
+    float* scp = YS + kQ * ldp;       // kScal
+    float* th = scp + kScal;          // [64][NA]
+    float* cth = th + kQ * NA;        // [NA]
+    float* sth = cth + NA;            // [NA]
+    float* red = sth + NA;            // [8]
+    const Scal sc(scp);
+    pdlWait();
+    pdlLaunchDependents();
+    zeroSmem(sm, 2 * kQ * ldn + 2 * kQ * ldp + kQ * kLdS + kQ * ldp);
+    const float* ck = a.checkpoints + (static_cast<int64_t>(b) * C + c) * o.state;
+    for (int m = threadIdx.x; m < NA; m += kThreads) {
+        const float t0 = ck[o.theta + static_cast<int64_t>(h) * NA + m];
+        cth[m] = cosf(t0);
+        sth[m] = sinf(t0);
+    }
+    __syncthreads();
+    prepChunk(s, o, g, b, h, c, len, Q, K, false, X, sc, th, 1, ldp);
+    const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15, warp = tid >> 5, lane = tid & 31;
+    {
+        float acc[4][4];
+        zeroAcc(acc);
+        mmNT(acc, Q, ldn, K, ldn, g.n4, ty, tx);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int t = ty + 16 * i;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int u = tx + 16 * j;
+                float w = 0.f;
+                if (t < len) {
+                    if (u < t) w = __fmul_rn(expf(__fsub_rn(sc.cum[t], sc.cum[u])), __fadd_rn(sc.gam[u], sc.bf[u + 1]));
+                    else if (u == t) w = sc.gam[t];
+                }
+                M[t * kLdS + u] = __fmul_rn(acc[i][j], w);
+            }
+        }
+    }
+    if (tid < kQ) sc.w[tid] = tid < len ? expf(sc.cum[tid]) : 0.f;
+    __syncthreads();  // K has been read
+    const int pairs = (N + 1) / 2;
+    for (int idx = tid; idx < kQ * pairs; idx += kThreads) {
+        const int p = idx / pairs, m = idx - p * pairs;
+        float L0 = 0.f, L1 = 0.f;
+        if (p < P) foldedPair(ck, o, h, p, m, N, P, NA, sc.bf[0], cth, sth, L0, L1);
+        K[p * ldn + 2 * m] = L0;
+        if (2 * m + 1 < N) K[p * ldn + 2 * m + 1] = L1;
+    }
+    __syncthreads();
+    const float dskip = s.d_skip[h];
+    {
+        float acc[4][4];
+        zeroAcc(acc);
+        mmNT(acc, Q, ldn, K, ldn, g.n4, ty, tx);  // S̃·q_t
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int t = ty + 16 * i;
+            const float e = sc.w[t];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                acc[i][j] = __fmul_rn(acc[i][j], e);
+                YS[t * ldp + tx + 16 * j] = acc[i][j];
+            }
+        }
+        mmG(acc, M, kLdS, 1, X, 1, ldp, len, ty, tx);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int t = ty + 16 * i;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int p = tx + 16 * j;
+                Y[t * ldp + p] = p < P ? fmaf(dskip, X[t * ldp + p], acc[i][j]) : 0.f;
+            }
+        }
+    }
+    __syncthreads();
+    const int64_t r0 = static_cast<int64_t>(b) * s.steps + static_cast<int64_t>(c) * kQ;
+    const int64_t hP = static_cast<int64_t>(h) * P;
+    if (s.gate_norm) {  // ρ_t and Σ_p w·e·y, a warp per step
+        for (int t = warp; t < len; t += kThreads / 32) {
+            float yy = 0.f, wey = 0.f;
+            for (int p = lane; p < P; p += 32) {
+                const float y = Y[t * ldp + p];
+                const float z = s.proj[(r0 + t) * s.ldproj + o.z + hP + p];
+                yy = fmaf(y, y, yy);
+                wey = fmaf(s.gate_norm[hP + p] * (a.dout[(r0 + t) * a.lddout + hP + p] * siluf(z)), y, wey);
+            }
+            yy = m3::warpSum(yy);
+            wey = m3::warpSum(wey);
+            if (lane == 0) {
+                sc.red[2 * t] = 1.f / sqrtf(yy / static_cast<float>(P) + m3::kEps);
+                sc.red[2 * t + 1] = wey;
+            }
+        }
+        __syncthreads();
+    }
+    const int64_t blk = blockIdx.x;
+    float pdacc = 0.f;
+    for (int p = tid; p < P; p += kThreads) {
+        float pw = 0.f;
+        for (int t = 0; t < len; ++t) {
+            const float z = s.proj[(r0 + t) * s.ldproj + o.z + hP + p];
+            const float dout = a.dout[(r0 + t) * a.lddout + hP + p];
+            const float y = Y[t * ldp + p];
+            const float sz = m3::sigmoidf(z), silu = z * sz, dsilu = sz * (1.f + z * (1.f - sz));
+            float dy, dz;
+            if (!s.gate_norm) {
+                dy = dout * silu;
+                dz = dout * y * dsilu;
+            } else {
+                const float rho = sc.red[2 * t], mean = rho * (sc.red[2 * t + 1] / static_cast<float>(P));
+                const float wg = s.gate_norm[hP + p], yh = y * rho, eg = dout * silu;
+                dz = dout * yh * wg * dsilu;
+                pw = fmaf(eg, yh, pw);
+                dy = rho * (wg * eg - yh * mean);
+            }
+            a.dproj[(r0 + t) * a.lddproj + o.z + hP + p] = dz;
+            Y[t * ldp + p] = dy;
+            ws[bg.dy + (blk * kQ + t) * P + p] = dy;
+            pdacc = fmaf(dy, X[t * ldp + p], pdacc);
+        }
+        if (s.gate_norm) ws[bg.pw + blk * P + p] = pw;
+    }
+    pdacc = blockSum(pdacc, red);
+    if (tid == 0) {
+        ws[bg.pd + blk] = pdacc;
+        ws[bg.cl + blk] = sc.cum[len - 1];
+    }
+    for (int t = warp; t < kQ; t += kThreads / 32) {  // e_t·dy_t·(S̃ q_t)
+        float v = 0.f;
+        for (int p = lane; p < P; p += 32) v = fmaf(Y[t * ldp + p], YS[t * ldp + p], v);
+        v = m3::warpSum(v);
+        if (lane == 0) ws[bg.y0 + blk * kQ + t] = t < len ? v : 0.f;
+    }
+    __syncthreads();
+    for (int idx = tid; idx < kQ * P; idx += kThreads) {
+        const int t = idx / P, p = idx - t * P;
+        Y[t * ldp + p] = __fmul_rn(Y[t * ldp + p], sc.w[t]);
+    }
+    __syncthreads();
+    // O[p][n] = Σ_t e_t·dy_t[p]·q_t[n]
+    float* own = ws + blk * P * N;
+    for (int pt = 0; pt < g.pr; pt += 64)
+        for (int nt = 0; nt < g.nr; nt += 64) {
+            float acc[4][4];
+            zeroAcc(acc);
+            mmG(acc, Y + pt, 1, ldp, Q + nt, 1, ldn, len, ty, tx);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int p = pt + ty + 16 * i;
+                if (p >= P) continue;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int n = nt + tx + 16 * j;
+                    if (n < N) own[static_cast<int64_t>(p) * N + n] = acc[i][j];
+                }
+            }
+        }
+}
+
+__global__ void __launch_bounds__(kThreads) m3BwdPassKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws) {
+    const Mamba3ScanArgs& s = a.fwd;
+    const Geom& g = bg.g;
+    const int N = g.N, P = g.P, NA = g.NA, C = g.C, H = s.nheads, pairs = (N + 1) / 2;
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    pdlWait();
+    pdlLaunchDependents();
+    if (idx >= static_cast<int64_t>(s.batch) * H * P * pairs) return;
+    const int m = static_cast<int>(idx % pairs);
+    const int64_t rest = idx / pairs;
+    const int p = static_cast<int>(rest % P);
+    const int bh = static_cast<int>(rest / P), h = bh % H, b = bh / H;
+    const int n0 = 2 * m, n1 = 2 * m + 1;
+    const bool has1 = n1 < N, rot = m < NA;
+    float G0 = 0.f, G1 = 0.f;
+    for (int c = C - 1; c >= 0; --c) {
+        const int64_t blk = static_cast<int64_t>(bh) * C + c;
+        float* own = ws + blk * P * N + static_cast<int64_t>(p) * N;
+        const float O0 = own[n0], O1 = has1 ? own[n1] : 0.f;
+        float cs = 1.f, sn = 0.f;
+        if (rot) {
+            const float t0 = a.checkpoints[(static_cast<int64_t>(b) * C + c) * o.state + o.theta + static_cast<int64_t>(h) * NA + m];
+            cs = cosf(t0);
+            sn = sinf(t0);
+        }
+        own[n0] = fmaf(cs, G0, __fmul_rn(sn, G1));  // dS_end in the chunk's frame
+        if (has1) own[n1] = fmaf(cs, G1, -__fmul_rn(sn, G0));
+        float R0, R1;
+        m3::rotate(cs, sn, O0, O1, R0, R1);
+        const float e = expf(ws[bg.cl + blk]);
+        G0 = fmaf(e, G0, R0);
+        G1 = fmaf(e, G1, R1);
+    }
+    float* d0 = ws + bg.dS0 + (static_cast<int64_t>(bh) * P + p) * N;
+    d0[n0] = G0;
+    if (has1) d0[n1] = G1;
+}
+
+/** RoPE backward of one pair in the local frame (angle φ): the gradients before the rotation and dφ. */
+__device__ __forceinline__ float ropeBack(float cs, float sn, float d0, float d1, float x0, float x1, float& g0, float& g1) {
+    g0 = cs * d0 + sn * d1;
+    g1 = cs * d1 - sn * d0;
+    return d0 * (-sn * x0 - cs * x1) + d1 * (cs * x0 - sn * x1);
+}
+
+__global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws,
+                                                           float* dk, float* dq, float* phi) {
+    extern __shared__ float4 sm4[];
+    float* sm = reinterpret_cast<float*>(sm4);
+    const Mamba3ScanArgs& s = a.fwd;
+    const Geom& g = bg.g;
+    const int C = g.C, H = s.nheads, N = g.N, P = g.P, NA = g.NA, ldn = g.ldn, ldp = bg.ldp;
+    const int c = static_cast<int>(blockIdx.x % C);
+    const int bh = static_cast<int>(blockIdx.x / C), h = bh % H, b = bh / H;
+    const int len = min(kQ, s.steps - c * kQ), L = len - 1;
+    const int grp = h / (s.nheads / s.ngroups);
+    float* Q = sm;                    // [64][ldn]
+    float* K = Q + kQ * ldn;          // [64][ldn]
+    float* R = K + kQ * ldn;          // [64][ldn]: S̃, dq, dS_end, dk
+    float* X = R + kQ * ldn;          // [64][ldp]
+    float* DY = X + kQ * ldp;         // [64][ldp]
+    float* A1 = DY + kQ * ldp;        // [64][kLdS]: Mw·(dy_t·x_s)
+    float* A2 = A1 + kQ * kLdS;       // [64][kLdS]: Mw·(q_t·k_s)
+    float* scp = A2 + kQ * kLdS;      // kScal
+    float* th = scp + kScal;          // [64][NA]: φ
+    float* dth = th + kQ * NA;        // [64][NA]: dφ per step
+    float* aux = dth + kQ * NA;       // 18·64
+    float* coef = aux, *rowP = aux + 64, *colE = aux + 128, *F = aux + 192, *qkd = aux + 256, *dxd = aux + 320, *dc = aux + 384;
+    float* colpart = aux + 448;       // [8][64]
+    float* cth = aux + 960;           // [NA ≤ 64]
+    float* sth = cth + 64;            // [NA]
+    float* red = sth + 64;            // [8] (+ spare)
+    const Scal sc(scp);
+    pdlWait();
+    pdlLaunchDependents();
+    zeroSmem(sm, 3 * kQ * ldn + 2 * kQ * ldp);
+    const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15, warp = tid >> 5, lane = tid & 31;
+    const float* ck = a.checkpoints + (static_cast<int64_t>(b) * C + c) * o.state;
+    for (int m = tid; m < NA; m += kThreads) {
+        const float t0 = ck[o.theta + static_cast<int64_t>(h) * NA + m];
+        cth[m] = cosf(t0);
+        sth[m] = sinf(t0);
+    }
+    __syncthreads();
+    prepChunk(s, o, g, b, h, c, len, Q, K, false, X, sc, th, 1, ldp);
+    const int64_t blk = blockIdx.x;
+    const int64_t r0 = static_cast<int64_t>(b) * s.steps + static_cast<int64_t>(c) * kQ;
+    const int64_t hP = static_cast<int64_t>(h) * P;
+    for (int idx = tid; idx < len * P; idx += kThreads) {
+        const int t = idx / P, p = idx - t * P;
+        DY[t * ldp + p] = ws[bg.dy + (blk * kQ + t) * P + p];
+    }
+    float bfn = 0.f;  // the next chunk's fold coefficient Δ₀(1−σ₀)
+    if (c + 1 < C) {
+        const m3::Coeffs cf = m3::coeffs(s, o, s.proj + (r0 + len) * s.ldproj, h);
+        bfn = __fmul_rn(cf.delta, 1.f - cf.sig);
+    }
+    if (tid < kQ) {
+        const int t = tid;
+        float cf = 0.f;
+        if (t < L) cf = __fmul_rn(expf(__fsub_rn(sc.cum[L], sc.cum[t])), __fadd_rn(sc.gam[t], sc.bf[t + 1]));
+        else if (t == L) cf = __fadd_rn(sc.gam[L], bfn);
+        coef[t] = cf;
+        sc.w[t] = t < len ? expf(sc.cum[t]) : 0.f;
+        qkd[t] = 0.f;
+        dxd[t] = 0.f;
+    }
+    __syncthreads();
+    // QK and DX, the masked weights, the decay statistics
+    {
+        float qk[4][4], dx[4][4];
+        zeroAcc(qk);
+        zeroAcc(dx);
+        mmNT(qk, Q, ldn, K, ldn, g.n4, ty, tx);
+        mmNT(dx, DY, ldp, X, ldp, (P + 3) / 4 * 4, ty, tx);
+        float cpart[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int t = ty + 16 * i;
+            float rp = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int u = tx + 16 * j;
+                float mw = 0.f;
+                if (t < len) {
+                    if (u < t) {
+                        const float ex = expf(__fsub_rn(sc.cum[t], sc.cum[u]));
+                        mw = __fmul_rn(ex, __fadd_rn(sc.gam[u], sc.bf[u + 1]));
+                        const float pr = __fmul_rn(qk[i][j], dx[i][j]);
+                        rp = fmaf(mw, pr, rp);
+                        cpart[j] = fmaf(ex, pr, cpart[j]);
+                    } else if (u == t) {
+                        mw = sc.gam[t];
+                        qkd[t] = qk[i][j];
+                        dxd[t] = dx[i][j];
+                    }
+                }
+                A1[t * kLdS + u] = __fmul_rn(mw, dx[i][j]);
+                A2[t * kLdS + u] = __fmul_rn(mw, qk[i][j]);
+            }
+            for (int off = 8; off > 0; off >>= 1) rp += __shfl_xor_sync(0xffffffffu, rp, off);
+            if (tx == 0) rowP[t] = rp;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            cpart[j] += __shfl_xor_sync(0xffffffffu, cpart[j], 16);
+            if (lane < 16) colpart[warp * 64 + tx + 16 * j] = cpart[j];
+        }
+    }
+    // S̃ (local frame) into R
+    const int pairs = (N + 1) / 2;
+    for (int idx = tid; idx < P * pairs; idx += kThreads) {
+        const int p = idx / pairs, m = idx - p * pairs;
+        float L0, L1;
+        foldedPair(ck, o, h, p, m, N, P, NA, sc.bf[0], cth, sth, L0, L1);
+        R[p * ldn + 2 * m] = L0;
+        if (2 * m + 1 < N) R[p * ldn + 2 * m + 1] = L1;
+    }
+    __syncthreads();
+    if (tid < kQ) {
+        float v = 0.f;
+        for (int u = 0; u < kThreads / 32; ++u) v += colpart[u * 64 + tid];
+        colE[tid] = v;
+    }
+    // dq_t = e_t·S̃ᵀ dy_t + Σ_s A1[t,s]·k_s (local frame), both n tiles in registers
+    {
+        float acc[2][4][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            zeroAcc(acc[nt]);
+            if (nt * 64 >= g.nr) continue;
+            mmG(acc[nt], DY, ldp, 1, R + nt * 64, 1, ldn, P, ty, tx);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[nt][i][j] = __fmul_rn(acc[nt][i][j], sc.w[ty + 16 * i]);
+            mmG(acc[nt], A1, kLdS, 1, K + nt * 64, 1, ldn, len, ty, tx);
+        }
+        __syncthreads();  // R (S̃) has been read
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            if (nt * 64 >= g.nr) continue;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) R[(ty + 16 * i) * ldn + nt * 64 + tx + 16 * j] = acc[nt][i][j];
+        }
+    }
+    __syncthreads();
+    // RoPE backward of dq: dq before the rotation, dφ (first part)
+    for (int idx = tid; idx < len * pairs; idx += kThreads) {
+        const int t = idx / pairs, m = idx - t * pairs, n0 = 2 * m, n1 = 2 * m + 1;
+        const bool two = n1 < N;
+        const float* row = s.proj + (r0 + t) * s.ldproj;
+        const float* craw = row + o.c + static_cast<int64_t>(grp) * N;
+        const float* cb = s.c_bias + static_cast<int64_t>(h) * N;
+        const float d0 = R[t * ldn + n0], d1 = two ? R[t * ldn + n1] : 0.f;
+        float* out = dq + ((r0 + t) * H + h) * N;
+        float g0 = d0, g1 = d1;
+        if (m < NA) {
+            const float x0 = m3::normBias(craw[n0], sc.rs[2 * t + 1], s.c_norm[n0], cb[n0]);
+            const float x1 = m3::normBias(craw[n1], sc.rs[2 * t + 1], s.c_norm[n1], cb[n1]);
+            const float ph = th[t * NA + m];
+            dth[t * NA + m] = ropeBack(cosf(ph), sinf(ph), d0, d1, x0, x1, g0, g1);
+        }
+        out[n0] = g0;
+        if (two) out[n1] = g1;
+    }
+    __syncthreads();
+    // dS_end (local frame) into R; ⟨dS_end, S̃⟩
+    float e0 = 0.f;
+    {
+        const float* dse = ws + blk * P * N;
+        for (int idx = tid; idx < P * pairs; idx += kThreads) {
+            const int p = idx / pairs, m = idx - p * pairs, n0 = 2 * m, n1 = 2 * m + 1;
+            float L0, L1;
+            foldedPair(ck, o, h, p, m, N, P, NA, sc.bf[0], cth, sth, L0, L1);
+            const float d0 = dse[static_cast<int64_t>(p) * N + n0], d1 = n1 < N ? dse[static_cast<int64_t>(p) * N + n1] : 0.f;
+            e0 = fmaf(d0, L0, fmaf(d1, L1, e0));
+            R[p * ldn + n0] = d0;
+            if (n1 < N) R[p * ldn + n1] = d1;
+        }
+        for (int idx = tid; idx < (kQ - P) * ldn; idx += kThreads) R[P * ldn + idx] = 0.f;
+    }
+    e0 = blockSum(e0, red);  // (its barriers also publish R)
+    // dx_s = D·dy_s + Σ_t A2[t,s]·dy_t + coef_s·(dS_end k_s); F_s = x_sᵀ dS_end k_s
+    {
+        float acc[4][4];
+        zeroAcc(acc);
+        mmNT(acc, K, ldn, R, ldn, g.n4, ty, tx);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int sr = ty + 16 * i;
+            float f = 0.f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) f = fmaf(X[sr * ldp + tx + 16 * j], acc[i][j], f);
+            for (int off = 8; off > 0; off >>= 1) f += __shfl_xor_sync(0xffffffffu, f, off);
+            if (tx == 0) F[sr] = f;
+            const float cf = coef[sr];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[i][j] = __fmul_rn(acc[i][j], cf);
+        }
+        mmG(acc, A2, 1, kLdS, DY, 1, ldp, len, ty, tx);
+        const float dskip = s.d_skip[h];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int sr = ty + 16 * i;
+            if (sr >= len) continue;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int p = tx + 16 * j;
+                if (p < P) a.dproj[(r0 + sr) * a.lddproj + o.x + hP + p] = fmaf(dskip, DY[sr * ldp + p], acc[i][j]);
+            }
+        }
+    }
+    // dk_s = Σ_t A1[t,s]·q_t + coef_s·(dS_endᵀ x_s)
+    {
+        float acc[2][4][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            zeroAcc(acc[nt]);
+            if (nt * 64 >= g.nr) continue;
+            mmG(acc[nt], X, ldp, 1, R + nt * 64, 1, ldn, P, ty, tx);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[nt][i][j] = __fmul_rn(acc[nt][i][j], coef[ty + 16 * i]);
+            mmG(acc[nt], A1, 1, kLdS, Q + nt * 64, 1, ldn, len, ty, tx);
+        }
+        __syncthreads();  // R (dS_end) has been read
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            if (nt * 64 >= g.nr) continue;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) R[(ty + 16 * i) * ldn + nt * 64 + tx + 16 * j] = acc[nt][i][j];
+        }
+    }
+    __syncthreads();
+    for (int idx = tid; idx < len * pairs; idx += kThreads) {
+        const int t = idx / pairs, m = idx - t * pairs, n0 = 2 * m, n1 = 2 * m + 1;
+        const bool two = n1 < N;
+        const float* row = s.proj + (r0 + t) * s.ldproj;
+        const float* braw = row + o.b + static_cast<int64_t>(grp) * N;
+        const float* bb = s.b_bias + static_cast<int64_t>(h) * N;
+        const float d0 = R[t * ldn + n0], d1 = two ? R[t * ldn + n1] : 0.f;
+        float* out = dk + ((r0 + t) * H + h) * N;
+        float g0 = d0, g1 = d1;
+        if (m < NA) {
+            const float x0 = m3::normBias(braw[n0], sc.rs[2 * t], s.b_norm[n0], bb[n0]);
+            const float x1 = m3::normBias(braw[n1], sc.rs[2 * t], s.b_norm[n1], bb[n1]);
+            const float ph = th[t * NA + m];
+            dth[t * NA + m] += ropeBack(cosf(ph), sinf(ph), d0, d1, x0, x1, g0, g1);
+        }
+        out[n0] = g0;
+        if (two) out[n1] = g1;
+    }
+    // chunk 0: the gradient of its fold coefficient, v_inᵀ dS̃₀ k_in (global frame)
+    if (c == 0) {
+        float v = 0.f;
+        const float* d0 = ws + bg.dS0 + static_cast<int64_t>(bh) * P * N;
+        for (int idx = tid; idx < P * N; idx += kThreads) {
+            const int p = idx / N, n = idx - p * N;
+            v = fmaf(ck[o.v + hP + p] * ck[o.k + static_cast<int64_t>(h) * N + n], d0[idx], v);
+        }
+        v = blockSum(v, red);
+        if (tid == 0) ws[bg.fb + blk] = v;
+    }
+    __syncthreads();
+    // the per-step scalars
+    const float eL = sc.w[L];
+    if (tid < len) {
+        const int t = tid;
+        float v = ws[bg.y0 + blk * kQ + t] + rowP[t] - __fmul_rn(coef[t], F[t]);
+        if (t < L) v -= __fmul_rn(__fadd_rn(sc.gam[t], sc.bf[t + 1]), colE[t]);
+        if (t == L) {
+            float sf = 0.f;
+            for (int u = 0; u < len; ++u) sf = fmaf(coef[u], F[u], sf);
+            v += eL * e0 + sf;
+        }
+        dc[t] = v;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float acc = 0.f;
+        for (int t = L; t >= 0; --t) {
+            acc += dc[t];
+            dc[t] = acc;
+        }
+    }
+    if (tid == 32 && c + 1 < C) ws[bg.fb + blk + 1] = F[L];
+    __syncthreads();
+    if (tid < len) {
+        const int t = tid;
+        auto dscale = [&](int u) { return colE[u] + __fmul_rn(expf(__fsub_rn(sc.cum[L], sc.cum[u])), F[u]); };
+        const float dg = qkd[t] * dxd[t] + (t < L ? dscale(t) : F[L]);
+        const float dbf = t >= 1 ? dscale(t - 1) : 0.f;
+        const float* row = s.proj + (r0 + t) * s.ldproj;
+        const m3::Coeffs cf = m3::coeffs(s, o, row, h);
+        const float da = dc[t];
+        const float ddelta = da * cf.A + dg * cf.sig + dbf * (1.f - cf.sig);
+        const float dsig = (dg - dbf) * cf.delta;
+        const float u = row[o.a + h];
+        const bool floored = -m3::heavyTail(u) > -s.a_floor;
+        const float dht = u >= 0.f ? 1.f : 1.f / ((1.f - u) * (1.f - u));
+        float* dr = a.dproj + (r0 + t) * a.lddproj;
+        dr[o.dt + h] = ddelta;
+        dr[o.a + h] = floored ? 0.f : -(da * cf.delta) * dht;
+        dr[o.trap + h] = dsig * (cf.sig * (1.f - cf.sig));
+    }
+    // the angle gradient summed backwards inside the chunk; the chunk's total apart
+    for (int m = tid; m < NA; m += kThreads) {
+        float acc = 0.f;
+        for (int t = L; t >= 0; --t) {
+            acc += dth[t * NA + m];
+            phi[((r0 + t) * H + h) * NA + m] = acc;
+        }
+        ws[bg.tot + blk * NA + m] = acc;
+    }
+}
+
+__global__ void m3BwdCarryKernel(BGeom bg, float* ws, int64_t n) {
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    pdlWait();
+    pdlLaunchDependents();
+    if (idx >= n) return;
+    const int NA = bg.g.NA, C = bg.g.C;
+    const int64_t bh = idx / NA;
+    const int m = static_cast<int>(idx % NA);
+    float acc = 0.f;
+    for (int c = C - 1; c >= 0; --c) {
+        float* t = ws + bg.tot + (bh * C + c) * NA + m;
+        const float v = *t;
+        *t = acc;  // the angle gradient of the chunks after c
+        acc += v;
+    }
+}
+
+__global__ void m3BwdRowKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, const float* ws, float* phi) {
+    pdlWait();
+    pdlLaunchDependents();
+    const Mamba3ScanArgs& s = a.fwd;
+    const int H = s.nheads, NA = s.nangles, C = bg.g.C;
+    const int64_t r = blockIdx.x;
+    const int b = static_cast<int>(r / s.steps), t = static_cast<int>(r % s.steps), c = t / kQ;
+    const float* row = s.proj + r * s.ldproj;
+    float* dr = a.dproj + r * a.lddproj;
+    float* ph = phi + r * H * NA;
+    for (int h = threadIdx.x; h < H; h += blockDim.x) {
+        const int64_t blk = (static_cast<int64_t>(b) * H + h) * C + c;
+        const float* suf = ws + bg.tot + blk * NA;
+        float term = 0.f;
+        for (int m = 0; m < NA; ++m) {
+            const float f = ph[h * NA + m] + suf[m];
+            ph[h * NA + m] = f;
+            term = fmaf(f, m3::kPi * tanhf(row[o.angle + m]), term);
+        }
+        float dd = dr[o.dt + h];
+        if (t % kQ == 0) {  // the fold of the chunk's incoming K/V term: Δ₀(1−σ₀)
+            const float fb = ws[bg.fb + blk];
+            const m3::Coeffs cf = m3::coeffs(s, o, row, h);
+            dd += fb * (1.f - cf.sig);
+            dr[o.trap + h] += -(fb * cf.delta) * (cf.sig * (1.f - cf.sig));
+        }
+        const float u = row[o.dt + h] + s.dt_bias[h];
+        dr[o.dt + h] = (dd + term) * (u > 20.f ? 1.f : m3::sigmoidf(u));
+    }
+    __syncthreads();
+    for (int m = threadIdx.x; m < NA; m += blockDim.x) {
+        float acc = 0.f;
+        for (int h = 0; h < H; ++h) acc = fmaf(ph[h * NA + m], softplusf(row[o.dt + h] + s.dt_bias[h]), acc);
+        const float th = tanhf(row[o.angle + m]);
+        dr[o.angle + m] = acc * m3::kPi * (1.f - th * th);
+    }
+}
+
+/** acc[h·w + q] += Σ_b Σ_c part[((b·H + h)·C + c)·w + q] (rows, then chunks, in order). */
+__global__ void m3BwdParamKernel(const float* part, int batch, int H, int C, int w, float* acc) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    pdlWait();
+    pdlLaunchDependents();
+    if (j >= H * w) return;
+    const int h = j / w, q = j - h * w;
+    float v = 0.f;
+    for (int b = 0; b < batch; ++b)
+        for (int c = 0; c < C; ++c) v += part[((static_cast<int64_t>(b) * H + h) * C + c) * w + q];
+    acc[j] += v;
+}
+
+size_t bwdDySmem(const BGeom& bg) {
+    return sizeof(float) * (2 * static_cast<size_t>(kQ) * bg.g.ldn + 3 * static_cast<size_t>(kQ) * bg.ldp + kQ * kLdS + kScal +
+                            static_cast<size_t>(kQ) * bg.g.NA + 2 * bg.g.NA + 8);
+}
+
+size_t bwdGradSmem(const BGeom& bg) {
+    return sizeof(float) * (3 * static_cast<size_t>(kQ) * bg.g.ldn + 2 * static_cast<size_t>(kQ) * bg.ldp + 2 * kQ * kLdS + kScal +
+                            2 * static_cast<size_t>(kQ) * bg.g.NA + 18 * 64);
+}
+
+}  // namespace
+
+namespace train {
+
+bool mamba3ChunkedBackwardUsable(const Exec& ex, const Mamba3ScanBackwardArgs& a) {
+    const Mamba3ScanArgs& s = a.fwd;
+    if (a.chunk != kQ || s.steps < kMamba3ChunkedMinSteps || s.batch < 1) return false;
+    if (s.headdim > 64 || s.d_state > 128 || s.nangles > 64) return false;
+    const BGeom bg = bgeomOf(s);
+    const size_t most = static_cast<size_t>(ex.smem_optin > 48 * 1024 ? ex.smem_optin : 48 * 1024);
+    if (bwdDySmem(bg) > most || bwdGradSmem(bg) > most) return false;
+    const int64_t threads = static_cast<int64_t>(s.batch) * s.nheads * bg.g.P * ((bg.g.N + 1) / 2);
+    return bg.bhc <= 0x7fffffff && (threads + kThreads - 1) / kThreads <= 0x7fffffff &&
+           static_cast<int64_t>(s.batch) * s.steps <= 0x7fffffff;
+}
+
+void mamba3ChunkedBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const Scratch& scratch, float* dk, float* dq) {
+    const Mamba3ScanArgs& s = a.fwd;
+    const BGeom bg = bgeomOf(s);
+    const Mamba3Offsets o = Mamba3Offsets::of(s);
+    const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
+    float* ws = scratch.get(0, bg.end);
+    float* phi = scratch.get(2, std::max<int64_t>(1, R * s.nheads * s.nangles));
+    const size_t ys = bwdDySmem(bg), gs = bwdGradSmem(bg);
+    optIn(m3BwdDyKernel, ex, ys, "cudaFuncSetAttribute (mamba3 backward dy)");
+    optIn(m3BwdGradKernel, ex, gs, "cudaFuncSetAttribute (mamba3 backward grads)");
+    const dim3 blocks(static_cast<unsigned>(bg.bhc));
+    launch("mamba3ScanBackward chunk dy", ex, m3BwdDyKernel, blocks, dim3(kThreads), ys, a, o, bg, ws);
+    const int64_t threads = static_cast<int64_t>(s.batch) * s.nheads * bg.g.P * ((bg.g.N + 1) / 2);
+    launch("mamba3ScanBackward chunk pass", ex, m3BwdPassKernel, dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)),
+           dim3(kThreads), 0, a, o, bg, ws);
+    launch("mamba3ScanBackward chunk grads", ex, m3BwdGradKernel, blocks, dim3(kThreads), gs, a, o, bg, ws, dk, dq, phi);
+    const int64_t na = static_cast<int64_t>(s.batch) * s.nheads * bg.g.NA;
+    if (na > 0)
+        launch("mamba3ScanBackward chunk angle carry", ex, m3BwdCarryKernel, dim3(static_cast<unsigned>((na + 255) / 256)), dim3(256),
+               0, bg, ws, na);
+    launch("mamba3ScanBackward chunk rows", ex, m3BwdRowKernel, dim3(static_cast<unsigned>(R)), dim3(128), 0, a, o, bg,
+           static_cast<const float*>(ws), phi);
+    const int H = s.nheads, P = s.headdim;
+    if (a.d_d_skip)
+        launch("mamba3ScanBackward chunk dD", ex, m3BwdParamKernel, dim3((H + 127) / 128), dim3(128), 0,
+               static_cast<const float*>(ws + bg.pd), s.batch, H, bg.g.C, 1, a.d_d_skip);
+    if (a.d_gate_norm && s.gate_norm)
+        launch("mamba3ScanBackward chunk dgate_norm", ex, m3BwdParamKernel, dim3((H * P + 127) / 128), dim3(128), 0,
+               static_cast<const float*>(ws + bg.pw), s.batch, H, bg.g.C, P, a.d_gate_norm);
+}
+
+}  // namespace train
 }  // namespace mamba::cuda

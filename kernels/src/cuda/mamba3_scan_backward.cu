@@ -27,6 +27,8 @@ namespace {
 
 using m3::Layout;
 
+/** Whether calls with 64-step checkpoints take the chunked backward (mamba3_chunked.cu). */
+constexpr bool kChunkedBackward = true;
 /** Steps of the reverse walk staged in shared memory at once, at most. */
 constexpr int kReverseTile = 8;
 /** Most chunk-workspace floats one launch of kernel 1 may use (blocks beyond it run in later launches). */
@@ -545,6 +547,24 @@ void mamba3ScanBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const S
     if (s.batch == 0 || s.steps == 0) return;
     const int N = s.d_state, P = s.headdim, H = s.nheads, NA = s.nangles, K = a.chunk;
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
+    if (kChunkedBackward && mamba3ChunkedBackwardUsable(ex, a)) {
+        float* dk = scratch.get(1, 2 * R * H * N);
+        float* dq = dk + R * H * N;
+        float* prod = scratch.get(4, 2 * R * s.ngroups * N);
+        mamba3ChunkedBackward(ex, a, scratch, dk, dq);
+        const Mamba3Offsets o = Mamba3Offsets::of(s);
+        const int64_t norm_blocks = R * s.ngroups;
+        if (norm_blocks > 0x7fffffff) fail("mamba3ScanBackward: too many rows");
+        launch("mamba3Scan backward BCNorm", ex, mamba3NormBackwardKernel, dim3(static_cast<unsigned>(norm_blocks)),
+               dim3((N + 31) / 32 * 32), 0, a, o, static_cast<const float*>(dk), static_cast<const float*>(dq), prod);
+        if (a.d_b_bias) columnSums(ex, dk, int64_t(H) * N, nullptr, 0, nullptr, R, H * N, a.d_b_bias, scratch);
+        if (a.d_c_bias) columnSums(ex, dq, int64_t(H) * N, nullptr, 0, nullptr, R, H * N, a.d_c_bias, scratch);
+        if (a.d_b_norm) columnSums(ex, prod, N, nullptr, 0, nullptr, R * s.ngroups, N, a.d_b_norm, scratch);
+        if (a.d_c_norm)
+            columnSums(ex, prod + R * s.ngroups * N, N, nullptr, 0, nullptr, R * s.ngroups, N, a.d_c_norm, scratch);
+        if (a.d_dt_bias) columnSums(ex, a.dproj + o.dt, a.lddproj, nullptr, 0, nullptr, R, H, a.d_dt_bias, scratch);
+        return;
+    }
     const Mamba3Shape sh = mamba3Shape(P, N, kMamba3ForwardPerThread);
     const int W = sh.lay.threads / 32;
     // Tiles: the recomputation's up to kMamba3TileSteps steps, the reverse walk's up to kReverseTile, as

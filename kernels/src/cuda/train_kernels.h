@@ -63,6 +63,14 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
 // ---- mamba3_scan_backward.cu ----
 // (the forward with checkpoints is mamba3Scan in mamba3_scan.cu, kernels.h). Uses scratch slots 0, 1, 2, 4 and 7.
 void mamba3ScanBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const Scratch& scratch);
+// mamba3_chunked.cu: the chunked (matmul-form) backward, for checkpoint chunk kMamba3Chunk and long calls.
+bool mamba3ChunkedBackwardUsable(const Exec& ex, const Mamba3ScanBackwardArgs& a);
+/**
+ * Everything of mamba3ScanBackward but the BCNorm backward and the bias/norm/dt_bias column sums: dz, dx, d dd_dt,
+ * d dd_A, dtrap, dangles into dproj, dD and d gate_norm added; dk, dq ([B·T][H][N], before the rotation) for the rest.
+ * Uses scratch slots 0 and 2.
+ */
+void mamba3ChunkedBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const Scratch& scratch, float* dk, float* dq);
 
 // ---- train_optim.cu ----
 void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a);

@@ -438,6 +438,10 @@ std::vector<Case> mamba3Cases() {
     for (const HeadCfg& h : {kHeadsC, kHeadsD, kHeadsE}) bwd(shapeOf(h, 3, 65, 64, true));
     bwd(shapeOf(kHeadsB, 2, 7, 4, false));
     bwd(shapeOf(kHeadsA, 2, 64, 16, false, true));
+    // Several chunks of the CUDA chunked backward (kMamba3Chunk = 64), the last one partial.
+    bwd(shapeOf(kHeadsA, 2, 256, 64, false));
+    bwd(shapeOf(kHeadsB, 2, 1000, 64, true));
+    bwd(shapeOf(kHeadsE, 2, 1000, 64, true));
 
     // The official default (d_model 1024) for timing: decode, prefill, the training forward and backward.
     fwd(officialShape(1, 1, 0), true, " (decode)");
@@ -445,6 +449,11 @@ std::vector<Case> mamba3Cases() {
     fwd(officialShape(1, 4096, 0), true, " (prefill)");
     fwd(officialShape(8, 256, 64), true, " (training)");
     bwd(officialShape(8, 256, 64), true);
+    {  // a 768-wide model (24 heads of the official shape) at the official training length
+        M3Shape s = officialShape(8, 2048, 64);
+        s.H = 24;
+        bwd(s, true);
+    }
     return t;
 }
 
