@@ -398,6 +398,13 @@ public:
     /** Loss and accuracy of stepTokens with no gradients (clears any pending forward). */
     StepStats evalTokens(const int32_t* ids, int64_t idsLength, const int32_t* targets, int64_t targetsLength,
                          int ignoreIndex);
+    /**
+     * Split form, for a loss computed by the caller: the training forward of ids [batch, seqLen] → every
+     * position's logits [batch, seqLen, vocab] (host; they do exist at once here), keeping the tape.
+     */
+    void forwardTokens(const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength);
+    /** Backward of the last forwardTokens with dlogits [batch, seqLen, vocab] times scale; gradients add up (+ step). */
+    StepStats backwardLogits(const float* dlogits, int64_t dlogitsLength, float scale, bool apply);
 
 private:
     class Impl;

@@ -67,6 +67,19 @@ public:
                                         ") and is not the ignore index " + std::to_string(ignoreIndex));
         return stageTargets(reinterpret_cast<const int32_t*>(t), ignoreIndex);
     }
+    /** Checks and stages token ids [B, T] (language models). */
+    void checkIds(const int32_t* ids, int64_t idsLength, const char* call) {
+        if (!languageModel())
+            failState(std::string(call) + " needs a language model (vocabSize > 0); this model takes float inputs");
+        const int V = model.backbone.dims.vocab;
+        require(ids != nullptr, "ids are null");
+        require(idsLength == R, "ids has " + std::to_string(idsLength) + " values, expected batch * seqLen = " +
+                                    std::to_string(R));
+        for (int64_t r = 0; r < R; ++r)
+            if (ids[r] < 0 || ids[r] >= V)
+                failRange("token id " + std::to_string(ids[r]) + " at position " + std::to_string(r) +
+                          " is out of range [0, " + std::to_string(V) + ")");
+    }
     /** Checks and stages token ids and next-token targets [B, T]; returns how many targets count. */
     int64_t checkTokens(const int32_t* ids, int64_t idsLength, const int32_t* t, int64_t length, int ignoreIndex) {
         if (!languageModel())
@@ -320,6 +333,32 @@ StepStats Trainer::evalTokens(const int32_t* ids, int64_t idsLength, const int32
     t.forward();
     t.have_tape = false;
     return t.lmLoss(ignoreIndex, 1.f, false, counted);
+}
+
+void Trainer::forwardTokens(const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength) {
+    Impl& t = *impl_;
+    t.checkIds(ids, idsLength, "forwardTokens");
+    require(logits != nullptr, "logits are null");
+    requireLength("logits", logitsLength, t.R * t.model.backbone.dims.vocab);
+    static_assert(sizeof(int32_t) == sizeof(float), "ids travel through a float buffer");
+    t.ops.upload(t.replica.ids_stage.data(), reinterpret_cast<const float*>(ids), t.R);
+    t.forward();
+    t.replica.runner.lmLogits(t.ops, t.model.weights(), t.replica.y_stage.data(), t.R, t.model.trainingMode(), logits);
+}
+
+StepStats Trainer::backwardLogits(const float* dlogits, int64_t dlogitsLength, float scale, bool apply) {
+    Impl& t = *impl_;
+    if (!t.languageModel()) failState("backwardLogits needs a language model (vocabSize > 0)");
+    require(dlogits != nullptr, "logits gradient is null");
+    requireLength("logits gradient", dlogitsLength, t.R * t.model.backbone.dims.vocab);
+    checkScale(scale);
+    if (!t.have_tape) failState("backwardLogits needs a forwardTokens first (each forward allows one backward)");
+    const WeightView w = t.model.weights();
+    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, scale,
+                                t.replica.grads.data(), t.replica.dy_stage.data());
+    t.backward();
+    t.have_dx = false;
+    return t.finish(apply);
 }
 
 }  // namespace mamba

@@ -213,4 +213,33 @@ void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& mas
     }
 }
 
+void BackboneRunner::lmLogits(Ops& ops, const WeightView& w, const float* y, int64_t rows, GemmMode mode,
+                              float* hostLogits) {
+    if (bb_.lm_head < 0) throw std::logic_error("lmLogits needs a language model");
+    const int D = bb_.dims.d_model, V = bb_.dims.vocab;
+    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
+    logits_.ensure(ops, block * V);
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int64_t n = std::min(block, rows - r0);
+        ops.gemm(Gemm::forward(mode, y + r0 * D, D, n, w.matrix(bb_.lm_head), nullptr, logits_.data(), V, 0.f));
+        ops.download(hostLogits + r0 * V, logits_.data(), n * V);
+    }
+}
+
+void BackboneRunner::lmBackward(Ops& ops, const WeightView& master, const float* y, int64_t rows,
+                                const float* hostDlogits, float scale, float* grads, float* dy) {
+    if (bb_.lm_head < 0) throw std::logic_error("lmBackward needs a language model");
+    const int D = bb_.dims.d_model, V = bb_.dims.vocab;
+    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
+    logits_.ensure(ops, block * V);
+    float* dhead = grads + bb_.table[bb_.lm_head].offset;
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int64_t n = std::min(block, rows - r0);
+        ops.upload(logits_.data(), hostDlogits + r0 * V, n * V);
+        if (scale != 1.f) ops.scale(logits_.data(), n * V, scale);
+        ops.gemm(Gemm::weightGrad(logits_.data(), V, y + r0 * D, D, n, V, D, dhead, nullptr));
+        ops.gemm(Gemm::backwardData(logits_.data(), V, n, master.matrix(bb_.lm_head), dy + r0 * D, D, 0.f));
+    }
+}
+
 }  // namespace mamba

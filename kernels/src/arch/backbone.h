@@ -102,6 +102,14 @@ public:
     void lmLoss(Ops& ops, const WeightView& w, const WeightView& master, const LmLossArgs& a);
     /** Rows per block of lmLoss: a function of the vocabulary only (at most 16M logits, 64 … 1024 rows). */
     int64_t lmBlockRows() const;
+    /** The logits of rows of y ([rows, d_model], backend memory) into host memory [rows, vocab], block by block. */
+    void lmLogits(Ops& ops, const WeightView& w, const float* y, int64_t rows, GemmMode mode, float* hostLogits);
+    /**
+     * The head's backward for caller-computed dlogits (host [rows, vocab]) times scale, block by block:
+     * grads[lm_head] += dlogitsᵀ·y, dy = dlogits·W_head (f32 masters; dy overwritten).
+     */
+    void lmBackward(Ops& ops, const WeightView& master, const float* y, int64_t rows, const float* hostDlogits,
+                    float scale, float* grads, float* dy);
 
 private:
     LayerCall call(int layer, int B, int T, GemmMode mode, float* state) const;

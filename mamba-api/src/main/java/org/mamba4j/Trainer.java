@@ -65,7 +65,8 @@ import org.mamba4j.nativ.global.libmamba;
  * trains on token ids with {@link #stepTokens}: ids {@code [B, T]} in, next-token targets {@code [B, T]} (the ids
  * shifted by one; {@link Builder#ignoreIndex} marks padding), softmax cross-entropy over the model's own
  * {@code lm_head}, and gradients into every tensor including the token embedding (a tied embedding receives the
- * sum of both uses). The logits are computed natively in blocks of rows, never all at once. The float-input calls
+ * sum of both uses). The logits are computed natively in blocks of rows, never all at once. For a loss computed in
+ * Java, {@link #forwardTokens} returns the logits and {@link #backwardLogits} takes their gradient. The float-input calls
  * ({@link #forward}, {@link #backward}, {@link #step}, {@link #stepMse}, {@link #stepCrossEntropy},
  * {@link #burnIn}, {@link #inputGradient}) and {@link Builder#crossEntropyHead} throw
  * {@link IllegalStateException} for a language model. By default the embedding gets no weight decay (as
@@ -267,6 +268,43 @@ public final class Trainer implements AutoCloseable {
     public StepResult evaluateTokens(int[] ids, int[] targets) {
         checkTokens(ids, targets);
         return guard.get(() -> result(peer.evalTokens(ids, ids.length, targets, targets.length, ignoreIndex), false, true));
+    }
+
+    /**
+     * Split form of {@link #stepTokens}, for a loss computed in Java (label smoothing, distillation, …): the
+     * training forward of ids [B, T], returning every position's logits [B, T, vocab] (which, unlike
+     * {@link #stepTokens}, do exist all at once) and keeping what {@link #backwardLogits} needs.
+     *
+     * @throws IllegalArgumentException when B·T·vocab exceeds a Java array
+     */
+    public float[] forwardTokens(int[] ids) {
+        requireLanguageModel();
+        Objects.requireNonNull(ids, "ids");
+        Checks.length("ids", ids.length, (long) batch * seqLen);
+        long n = (long) batch * seqLen * model.vocabSize();
+        if (n > Integer.MAX_VALUE - 8)
+            throw new IllegalArgumentException("batch * seqLen * vocab = " + n + " logits do not fit a Java array: use stepTokens");
+        float[] logits = new float[(int) n];
+        guard.run(() -> peer.forwardTokens(ids, ids.length, logits, logits.length));
+        return logits;
+    }
+
+    /** Backward of the last {@link #forwardTokens} with {@code dLogits} = ∂L/∂logits [B, T, vocab], then clip + AdamW. */
+    public StepResult backwardLogits(float[] dLogits) {
+        return backwardLogits(dLogits, BackwardOptions.step());
+    }
+
+    /** Backward of the last {@link #forwardTokens} (each forward allows one backward), per {@code options}. */
+    public StepResult backwardLogits(float[] dLogits, BackwardOptions options) {
+        requireLanguageModel();
+        Objects.requireNonNull(dLogits, "dLogits");
+        Checks.length("dLogits", dLogits.length, (long) batch * seqLen * model.vocabSize());
+        Objects.requireNonNull(options, "options");
+        return guard.get(() -> {
+            prepareStep(options.applyOptimizer());
+            return result(peer.backwardLogits(dLogits, dLogits.length, (float) options.scale(), options.applyOptimizer()),
+                    options.applyOptimizer(), false);
+        });
     }
 
     /** Cross-entropy loss and accuracy of the current weights, without gradients. Discards a pending {@link #forward}. */
@@ -583,10 +621,14 @@ public final class Trainer implements AutoCloseable {
             throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab)");
     }
 
-    private void checkTokens(int[] ids, int[] targets) {
+    private void requireLanguageModel() {
         if (model.vocabSize() == 0)
-            throw new IllegalStateException("stepTokens needs a language model (built with vocabSize(...)); this model"
-                    + " takes float inputs");
+            throw new IllegalStateException("token training needs a language model (built with vocabSize(...)); this"
+                    + " model takes float inputs");
+    }
+
+    private void checkTokens(int[] ids, int[] targets) {
+        requireLanguageModel();
         Objects.requireNonNull(ids, "ids");
         Objects.requireNonNull(targets, "targets");
         Checks.length("ids", ids.length, (long) batch * seqLen);

@@ -183,6 +183,44 @@ class LanguageModelTrainingTest {
         }
     }
 
+    /**
+     * The split form (forwardTokens → cross-entropy gradient in Java → backwardLogits) equals the fused stepTokens:
+     * the logits equal the inference forward's, every gradient agrees to f32 rounding (V = 20000 with 900 rows:
+     * two head blocks), and a backward without its forward is refused.
+     */
+    @Test
+    void splitFormMatchesTheFusedStep() {
+        Random rng = new Random(SEED + 8);
+        int B = 2, T = 450, V = 20000;
+        try (MambaModel model = MambaModel.builder(Mamba3Config.builder().dModel(8).headdim(4).dState(6).layers(1).build())
+                .vocabSize(V).seed(8).build();
+             Trainer trainer = Trainer.builder(model).batch(B).seqLen(T).build()) {
+            int[][] tk = tokens(rng, B, T, V, Trainer.DEFAULT_IGNORE_INDEX);
+            StepResult fused = trainer.stepTokens(tk[0], tk[1], BackwardOptions.accumulate().scale(0.5));
+            List<float[]> g1 = new ArrayList<>();
+            for (String n : model.parameterNames()) g1.add(trainer.gradient(n));
+            trainer.zeroGrad();
+            float[] logits = trainer.forwardTokens(tk[0]);
+            double fwd = TestUtil.relL2(logits, model.forwardTokens(null, tk[0], B, T));
+            assertTrue(fwd < 1e-5, "training logits vs inference: rel L2 " + fwd);
+            double[] ld = new double[logits.length], dl = new double[logits.length];
+            for (int i = 0; i < ld.length; i++) ld[i] = logits[i];
+            double loss = crossEntropy(ld, V, tk[1], Trainer.DEFAULT_IGNORE_INDEX, dl);
+            assertEquals(loss, fused.loss(), 1e-5 * loss);
+            float[] dLogits = new float[dl.length];
+            for (int i = 0; i < dl.length; i++) dLogits[i] = (float) dl[i];
+            StepResult split = trainer.backwardLogits(dLogits, BackwardOptions.accumulate().scale(0.5));
+            assertFalse(split.optimizerStepped());
+            for (int i = 0; i < g1.size(); i++) {
+                String n = model.parameterNames().get(i);
+                double err = TestUtil.relL2(trainer.gradient(n), g1.get(i));
+                assertTrue(err < 1e-5, n + ": split vs fused gradient rel L2 " + err);
+            }
+            assertThrows(IllegalStateException.class, () -> trainer.backwardLogits(dLogits));
+            assertThrows(IllegalArgumentException.class, () -> trainer.backwardLogits(new float[3]));
+        }
+    }
+
     /** next = perm(current): learned to > 99% accuracy by both architectures. */
     @Test
     void tinyLanguageModelsLearnADeterministicNextTokenTask() {
