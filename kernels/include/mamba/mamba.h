@@ -96,7 +96,7 @@ public:
     int rank(int index) const;
     int64_t dim(int index, int axis) const;
     int64_t size(int index) const;
-    /** Whether AdamW's weight decay skips this tensor by default (norms, biases, A_log, D). */
+    /** Whether AdamW's weight decay skips this tensor by default (norms, biases, A_log, D, the token embedding). */
     bool noDecay(int index) const;
 
 private:
@@ -271,7 +271,7 @@ private:
     ModelImpl* impl_;
 };
 
-// ---- training (Mamba-1, CPU; trainer_api.cpp) ----
+// ---- training (trainer_api.cpp) ----
 
 /** AdamW hyper-parameters with PyTorch semantics (torch.optim.AdamW). */
 struct MAMBA_API AdamWConfig {
@@ -302,6 +302,7 @@ MAMBA_API bool trainingSupported(int device);
  * tape, backpropagation through time, gradient accumulation, global-norm clipping and AdamW. Optionally
  * owns a linear head [vocab, d_model] + bias for softmax cross-entropy. Each sequence starts from a zero
  * state unless burnIn/setStartState prepared one for the next forward; the start state gets no gradient.
+ * A language model (vocab_size > 0) trains on token ids with its own lm_head: stepTokens / evalTokens.
  *
  * Trainable tensors are indexed like the Model's parameters, then (with a head) lm_head.weight and
  * lm_head.bias. Gradients accumulate over backward calls until optimizerStep() (or a call with
@@ -332,7 +333,7 @@ public:
     int paramCount() const;
     std::string paramName(int index) const;
     int64_t paramSize(int index) const;
-    /** Whether AdamW's weight decay applies to a tensor (default: not for norms, biases, A_log, D). */
+    /** Whether AdamW's weight decay applies to a tensor (default: not for norms, biases, A_log, D, the token embedding). */
     void setWeightDecay(int index, bool decay);
     bool weightDecay(int index) const;
     void readParam(int index, float* dst, int64_t dstLength) const;
@@ -377,8 +378,33 @@ public:
     /** Cross-entropy loss and accuracy with no gradients (clears any pending forward). */
     StepStats evalCrossEntropy(const float* x, int64_t xLength, const int* targets, int64_t targetLength,
                                int ignoreIndex);
-    /** ∂L/∂x of the last backward, [batch, seqLen, inputWidth]. */
+    /** ∂L/∂x of the last backward, [batch, seqLen, inputWidth] (models with float inputs). */
     void readInputGradient(float* dst, int64_t dstLength) const;
+
+    // ---- language models (vocab_size > 0) ----
+    /**
+     * Next-token training of a language model: token ids [batch, seqLen] → embedding → backbone → the model's
+     * lm_head (tied or not) → softmax cross-entropy against targets [batch, seqLen] (normally the ids shifted
+     * by one; ignoreIndex marks positions that do not count, e.g. padding) → backward into every tensor, the
+     * embedding included (a tied embedding gets both terms) (+ the optimizer step when apply). The loss is the
+     * mean over the positions whose target is not ignoreIndex (PyTorch's reduction='mean'); the gradient is
+     * that of scale · loss. The logits are computed in blocks of rows and never all at once. Ids must be in
+     * [0, vocab), targets in [0, vocab) or equal to ignoreIndex (std::out_of_range otherwise). The float-input
+     * calls (forward, backward, step, stepMse, stepCrossEntropy, burnIn, readInputGradient, addHead) refuse a
+     * language model with std::logic_error.
+     */
+    StepStats stepTokens(const int32_t* ids, int64_t idsLength, const int32_t* targets, int64_t targetsLength,
+                         int ignoreIndex, float scale, bool apply);
+    /** Loss and accuracy of stepTokens with no gradients (clears any pending forward). */
+    StepStats evalTokens(const int32_t* ids, int64_t idsLength, const int32_t* targets, int64_t targetsLength,
+                         int ignoreIndex);
+    /**
+     * Split form, for a loss computed by the caller: the training forward of ids [batch, seqLen] → every
+     * position's logits [batch, seqLen, vocab] (host; they do exist at once here), keeping the tape.
+     */
+    void forwardTokens(const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength);
+    /** Backward of the last forwardTokens with dlogits [batch, seqLen, vocab] times scale; gradients add up (+ step). */
+    StepStats backwardLogits(const float* dlogits, int64_t dlogitsLength, float scale, bool apply);
 
 private:
     class Impl;

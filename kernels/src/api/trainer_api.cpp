@@ -13,9 +13,6 @@ void checkTrainable(const ModelImpl& m, int batch, int seqLen) {
     require(seqLen >= 1 && seqLen <= (1 << 24), "seqLen = " + std::to_string(seqLen) + " must be in [1, 16777216]");
     require(static_cast<int64_t>(batch) * seqLen <= (int64_t{1} << 31) - 1,
             "batch * seqLen = " + std::to_string(static_cast<int64_t>(batch) * seqLen) + " is too large");
-    require(m.backbone.dims.vocab == 0,
-            "training language models is not supported yet: the trainer trains backbones with float inputs (this model "
-            "has vocabSize = " + std::to_string(m.backbone.dims.vocab) + ")");
     if (!m.ops->capabilities().training)
         throw std::runtime_error("training is not supported on this backend (device " + std::to_string(m.device) + ")");
 }
@@ -38,7 +35,14 @@ class Trainer::Impl : public TrainerRuntime {
 public:
     using TrainerRuntime::TrainerRuntime;
 
+    /** Float inputs (forward, step, stepMse, stepCrossEntropy, burnIn) need a backbone with float inputs. */
+    void requireFeatures(const char* call) const {
+        if (languageModel())
+            failState(std::string(call) + " takes float inputs, but this model is a language model (vocabSize = " +
+                      std::to_string(model.backbone.dims.vocab) + "): train it with stepTokens");
+    }
     void stageX(const float* x, int64_t xLength) {
+        requireFeatures("this call");
         require(x != nullptr, "input is null");
         requireLength("input", xLength, R * model.backbone.dims.in_width);
         ops.upload(replica.x_stage.data(), x, R * model.backbone.dims.in_width);
@@ -52,6 +56,7 @@ public:
         if (scale != 1.f) ops.scale(replica.dy_stage.data(), n, scale);
     }
     int64_t checkTargets(const int* t, int64_t length, int ignoreIndex) {
+        requireFeatures("stepCrossEntropy/evalCrossEntropy");
         if (!head) failState("cross-entropy needs a head: call addHead(vocab, seed) first");
         require(t != nullptr, "targets are null");
         requireLength("targets", length, R);
@@ -61,6 +66,40 @@ public:
                                         " is outside [0, " + std::to_string(head->vocab) +
                                         ") and is not the ignore index " + std::to_string(ignoreIndex));
         return stageTargets(reinterpret_cast<const int32_t*>(t), ignoreIndex);
+    }
+    /** Checks and stages token ids [B, T] (language models). */
+    void checkIds(const int32_t* ids, int64_t idsLength, const char* call) {
+        if (!languageModel())
+            failState(std::string(call) + " needs a language model (vocabSize > 0); this model takes float inputs");
+        const int V = model.backbone.dims.vocab;
+        require(ids != nullptr, "ids are null");
+        require(idsLength == R, "ids has " + std::to_string(idsLength) + " values, expected batch * seqLen = " +
+                                    std::to_string(R));
+        for (int64_t r = 0; r < R; ++r)
+            if (ids[r] < 0 || ids[r] >= V)
+                failRange("token id " + std::to_string(ids[r]) + " at position " + std::to_string(r) +
+                          " is out of range [0, " + std::to_string(V) + ")");
+    }
+    /** Checks and stages token ids and next-token targets [B, T]; returns how many targets count. */
+    int64_t checkTokens(const int32_t* ids, int64_t idsLength, const int32_t* t, int64_t length, int ignoreIndex) {
+        if (!languageModel())
+            failState("stepTokens needs a language model (vocabSize > 0); this model takes float inputs");
+        const int V = model.backbone.dims.vocab;
+        require(ids != nullptr, "ids are null");
+        require(t != nullptr, "targets are null");
+        require(idsLength == R, "ids has " + std::to_string(idsLength) + " values, expected batch * seqLen = " +
+                                    std::to_string(R));
+        require(length == R, "targets has " + std::to_string(length) + " values, expected batch * seqLen = " +
+                                 std::to_string(R));
+        for (int64_t r = 0; r < R; ++r)
+            if (ids[r] < 0 || ids[r] >= V)
+                failRange("token id " + std::to_string(ids[r]) + " at position " + std::to_string(r) +
+                          " is out of range [0, " + std::to_string(V) + ")");
+        for (int64_t r = 0; r < R; ++r)
+            if (t[r] != ignoreIndex && (t[r] < 0 || t[r] >= V))
+                failRange("targets[" + std::to_string(r) + "] = " + std::to_string(t[r]) + " is outside [0, " +
+                          std::to_string(V) + ") and is not the ignore index " + std::to_string(ignoreIndex));
+        return stageTokens(ids, t, ignoreIndex);
     }
 };
 
@@ -96,6 +135,8 @@ float Trainer::clipGradNorm() const { return impl_->clip; }
 
 void Trainer::addHead(int vocab, int64_t seed) {
     if (impl_->head) failState("the trainer already has a head");
+    if (impl_->languageModel())
+        failState("a language model trains its own lm_head with stepTokens; a separate head cannot be added");
     require(vocab >= 1 && vocab <= (1 << 20), "vocab = " + std::to_string(vocab) + " must be in [1, 1048576]");
     impl_->addHead(vocab, seed);
 }
@@ -159,6 +200,7 @@ void Trainer::setStepCount(int64_t steps) {
 void Trainer::zeroGrad() { impl_->zeroGrad(); }
 
 void Trainer::burnIn(const float* x, int64_t xLength, int steps) {
+    impl_->requireFeatures("burnIn");
     require(steps >= 1, "burn-in steps = " + std::to_string(steps) + " must be >= 1");
     require(x != nullptr, "burn-in input is null");
     requireLength("burn-in input", xLength, static_cast<int64_t>(impl_->B) * steps * impl_->model.backbone.dims.in_width);
@@ -187,6 +229,7 @@ void Trainer::forward(const float* x, int64_t xLength, float* y, int64_t yLength
 
 StepStats Trainer::backward(const float* dy, int64_t dyLength, float scale, bool apply) {
     Impl& t = *impl_;
+    t.requireFeatures("backward");
     t.stageDy(dy, dyLength, scale);
     t.backward();
     return t.finish(apply);
@@ -258,10 +301,64 @@ StepStats Trainer::evalCrossEntropy(const float* x, int64_t xLength, const int* 
 
 void Trainer::readInputGradient(float* dst, int64_t dstLength) const {
     Impl& t = *impl_;
+    if (t.languageModel()) failState("a language model has no input gradient (its inputs are token ids)");
     if (!t.have_dx) failState("no backward has run yet");
     require(dst != nullptr, "destination is null");
     requireLength("input gradient", dstLength, t.R * t.model.backbone.dims.in_width);
     t.ops.download(dst, t.replica.dx_stage.data(), t.R * t.model.backbone.dims.in_width);
+}
+
+StepStats Trainer::stepTokens(const int32_t* ids, int64_t idsLength, const int32_t* targets, int64_t targetsLength,
+                              int ignoreIndex, float scale, bool apply) {
+    Impl& t = *impl_;
+    checkScale(scale);
+    const int64_t counted = t.checkTokens(ids, idsLength, targets, targetsLength, ignoreIndex);
+    t.forward();
+    const StepStats loss = t.lmLoss(ignoreIndex, scale, true, counted);
+    t.noteLoss(loss.loss);
+    t.backward();
+    t.have_dx = false;
+    StepStats st = t.finish(apply);
+    st.has_loss = true;
+    st.loss = loss.loss;
+    st.accuracy = loss.accuracy;
+    st.counted = loss.counted;
+    return st;
+}
+
+StepStats Trainer::evalTokens(const int32_t* ids, int64_t idsLength, const int32_t* targets, int64_t targetsLength,
+                              int ignoreIndex) {
+    Impl& t = *impl_;
+    const int64_t counted = t.checkTokens(ids, idsLength, targets, targetsLength, ignoreIndex);
+    t.forward();
+    t.have_tape = false;
+    return t.lmLoss(ignoreIndex, 1.f, false, counted);
+}
+
+void Trainer::forwardTokens(const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength) {
+    Impl& t = *impl_;
+    t.checkIds(ids, idsLength, "forwardTokens");
+    require(logits != nullptr, "logits are null");
+    requireLength("logits", logitsLength, t.R * t.model.backbone.dims.vocab);
+    static_assert(sizeof(int32_t) == sizeof(float), "ids travel through a float buffer");
+    t.ops.upload(t.replica.ids_stage.data(), reinterpret_cast<const float*>(ids), t.R);
+    t.forward();
+    t.replica.runner.lmLogits(t.ops, t.model.weights(), t.replica.y_stage.data(), t.R, t.model.trainingMode(), logits);
+}
+
+StepStats Trainer::backwardLogits(const float* dlogits, int64_t dlogitsLength, float scale, bool apply) {
+    Impl& t = *impl_;
+    if (!t.languageModel()) failState("backwardLogits needs a language model (vocabSize > 0)");
+    require(dlogits != nullptr, "logits gradient is null");
+    requireLength("logits gradient", dlogitsLength, t.R * t.model.backbone.dims.vocab);
+    checkScale(scale);
+    if (!t.have_tape) failState("backwardLogits needs a forwardTokens first (each forward allows one backward)");
+    const WeightView w = t.model.weights();
+    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, scale,
+                                t.replica.grads.data(), t.replica.dy_stage.data());
+    t.backward();
+    t.have_dx = false;
+    return t.finish(apply);
 }
 
 }  // namespace mamba

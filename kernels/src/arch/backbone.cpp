@@ -27,7 +27,9 @@ Backbone::Backbone(const ModelConfig& c) : config(validated(c)), arch(makeArchit
     dims.row_state = dims.layer_state * c.n_layers;
 
     const int64_t D = c.d_model;
-    if (dims.vocab > 0) embedding = table.add("backbone.embeddings.weight", {dims.vocab, D}, true, false);
+    // No weight decay on the token embedding by default (as nn.Embedding in the official training recipes); a tied
+    // LM head is that same tensor, an untied one is a Linear and decays.
+    if (dims.vocab > 0) embedding = table.add("backbone.embeddings.weight", {dims.vocab, D}, true, true);
     if (dims.input_dim > 0) {
         input_w = table.add("input_proj.weight", {D, dims.input_dim}, true, false);
         input_b = table.add("input_proj.bias", {D}, false, true);
@@ -130,11 +132,12 @@ void BackboneRunner::forward(Ops& ops, const WeightView& w, const ForwardIO& io,
 void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start,
                                  GemmMode mode) {
     const BackboneDims& d = bb_.dims;
-    require(io.x != nullptr && io.ids == nullptr, "the training forward takes feature inputs");
+    require((io.x != nullptr) != (io.ids != nullptr), "the training forward takes features or token ids");
+    require(io.ids == nullptr || bb_.embedding >= 0, "token ids need a language model");
     const int B = io.B, T = io.T;
     const int64_t R = static_cast<int64_t>(B) * T;
     reserve(ops, B, T, true);
-    tape_x_ = nullptr;
+    have_tape_ = false;
     if (mode == GemmMode::Fast) throw std::logic_error("the training forward needs reproducible products");
     stem(ops, w, io, mode, entering_[0].data());
     for (int i = 0; i < d.n_layers; ++i) {
@@ -148,13 +151,16 @@ void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO&
     tape_B_ = B;
     tape_T_ = T;
     tape_x_ = io.x;
+    tape_ids_ = io.ids;
     tape_start_ = start;
+    have_tape_ = true;
 }
 
 void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& master, const float* dy, float* grads,
                               float* dx) {
     const BackboneDims& d = bb_.dims;
-    if (!tape_x_) throw std::logic_error("backward without a taped forward");
+    if (!have_tape_) throw std::logic_error("backward without a taped forward");
+    if (tape_ids_ && dx) throw std::logic_error("token ids have no input gradient");
     const int B = tape_B_, T = tape_T_;
     const int64_t R = static_cast<int64_t>(B) * T;
     const ParamTable& tb = bb_.table;
@@ -170,13 +176,69 @@ void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& m
         c.start = tape_start_ + i * d.layer_state;
         bb_.arch->backwardLayer(ops, w, master, c, *tape_[i], *scratch_, dresid, grads);
     }
-    // The input projection, then the input itself.
-    if (bb_.input_w >= 0) {
+    // The token embedding, the input projection, or the input itself.
+    if (tape_ids_) {
+        ops.embedBackward(EmbedBackwardArgs{dresid, d.d_model, tape_ids_, R, d.vocab, d.d_model, grad(bb_.embedding)});
+    } else if (bb_.input_w >= 0) {
         ops.gemm(Gemm::weightGrad(dresid, d.d_model, tape_x_, d.input_dim, R, d.d_model, d.input_dim, grad(bb_.input_w),
                                   grad(bb_.input_b)));
         if (dx) ops.gemm(Gemm::backwardData(dresid, d.d_model, R, master.matrix(bb_.input_w), dx, d.input_dim, 0.f));
     } else if (dx) {
         ops.copy(dx, dresid, R * d.d_model);
+    }
+}
+
+int64_t BackboneRunner::lmBlockRows() const {
+    const int64_t V = std::max(1, bb_.dims.vocab);
+    return std::clamp<int64_t>((int64_t{1} << 24) / V, 64, 1024);
+}
+
+void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& master, const LmLossArgs& a) {
+    const BackboneDims& d = bb_.dims;
+    if (bb_.lm_head < 0) throw std::logic_error("lmLoss needs a language model");
+    const int D = d.d_model, V = d.vocab;
+    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(a.rows, 1));
+    logits_.ensure(ops, block * V);
+    float* logits = logits_.data();
+    float* dhead = a.grads ? a.grads + bb_.table[bb_.lm_head].offset : nullptr;
+    for (int64_t r0 = 0; r0 < a.rows; r0 += block) {
+        const int64_t n = std::min(block, a.rows - r0);
+        const float* y = a.y + r0 * D;
+        ops.gemm(Gemm::forward(a.mode, y, D, n, w.matrix(bb_.lm_head), nullptr, logits, V, 0.f));
+        ops.crossEntropy(CrossEntropyArgs{logits, n, V, a.targets + r0, a.ignore_index, a.scale, a.row_loss + r0,
+                                          a.row_correct + r0, dhead ? logits : nullptr});
+        if (!dhead) continue;
+        ops.gemm(Gemm::weightGrad(logits, V, y, D, n, V, D, dhead, nullptr));
+        ops.gemm(Gemm::backwardData(logits, V, n, master.matrix(bb_.lm_head), a.dy + r0 * D, D, 0.f));
+    }
+}
+
+void BackboneRunner::lmLogits(Ops& ops, const WeightView& w, const float* y, int64_t rows, GemmMode mode,
+                              float* hostLogits) {
+    if (bb_.lm_head < 0) throw std::logic_error("lmLogits needs a language model");
+    const int D = bb_.dims.d_model, V = bb_.dims.vocab;
+    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
+    logits_.ensure(ops, block * V);
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int64_t n = std::min(block, rows - r0);
+        ops.gemm(Gemm::forward(mode, y + r0 * D, D, n, w.matrix(bb_.lm_head), nullptr, logits_.data(), V, 0.f));
+        ops.download(hostLogits + r0 * V, logits_.data(), n * V);
+    }
+}
+
+void BackboneRunner::lmBackward(Ops& ops, const WeightView& master, const float* y, int64_t rows,
+                                const float* hostDlogits, float scale, float* grads, float* dy) {
+    if (bb_.lm_head < 0) throw std::logic_error("lmBackward needs a language model");
+    const int D = bb_.dims.d_model, V = bb_.dims.vocab;
+    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
+    logits_.ensure(ops, block * V);
+    float* dhead = grads + bb_.table[bb_.lm_head].offset;
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        const int64_t n = std::min(block, rows - r0);
+        ops.upload(logits_.data(), hostDlogits + r0 * V, n * V);
+        if (scale != 1.f) ops.scale(logits_.data(), n * V, scale);
+        ops.gemm(Gemm::weightGrad(logits_.data(), V, y + r0 * D, D, n, V, D, dhead, nullptr));
+        ops.gemm(Gemm::backwardData(logits_.data(), V, n, master.matrix(bb_.lm_head), dy + r0 * D, D, 0.f));
     }
 }
 

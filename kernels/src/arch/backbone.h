@@ -64,18 +64,52 @@ public:
     void forward(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode);
 
     /**
-     * Training forward (features in, every position out) that keeps the tape; products in `mode`, which must be
-     * reproducible (Reproducible, Pedantic or Deterministic).
+     * Training forward (features or token ids in, every position out) that keeps the tape; products in `mode`,
+     * which must be reproducible (Reproducible, Pedantic or Deterministic). io.out receives RMSNorm_f's output
+     * [B, T, d_model] for both kinds of input (a language model's logits come from lmLoss, in blocks).
      * `start` is the state io.state held before the call (read by backward; must stay unchanged until then).
-     * io.x must also stay unchanged until backward.
+     * io.x or io.ids must also stay unchanged until backward.
      */
     void forwardTape(Ops& ops, const WeightView& w, const ForwardIO& io, const float* start, GemmMode mode);
 
     /**
      * Backward of the last forwardTape with dy [B, T, d_model]: ADDS every tensor's gradient into grads
-     * (ParamTable layout) and writes ∂L/∂x into dx [B, T, in_width] when dx is not null.
+     * (ParamTable layout) and writes ∂L/∂x into dx [B, T, in_width] when dx is not null. With token ids in, the
+     * embedding's gradient is added too (embedBackward) and dx must be null.
      */
     void backward(Ops& ops, const WeightView& w, const WeightView& master, const float* dy, float* grads, float* dx);
+
+    /** What lmLoss reads and writes. Pointers are backend memory. */
+    struct LmLossArgs {
+        const float* y;          // [rows, d_model]: RMSNorm_f's output (forwardTape's io.out)
+        int64_t rows;
+        const int32_t* targets;  // [rows]: in [0, vocab) or ignore_index (range-checked by the caller)
+        int ignore_index;
+        float scale;             // dlogits = scale·(softmax − onehot): 1/counted for the mean
+        float* row_loss;         // [rows]: each row's loss (0 when ignored)
+        float* row_correct;      // [rows]: 1 when the argmax is the target
+        float* grads;            // ParamTable layout: lm_head's gradient += (null: loss only)
+        float* dy;               // [rows, d_model]: ∂L/∂y, overwritten (with grads)
+        GemmMode mode;           // the logits' product (the training forward's mode)
+    };
+    /**
+     * A language model's head and softmax cross-entropy over rows of y, lmBlockRows() rows at a time, so the
+     * logits never exist for more than one block: logits = y_blk · W_headᵀ (the model's storage), crossEntropy
+     * (dlogits in place), then grads[lm_head] += dlogitsᵀ · y_blk and dy_blk = dlogits · W_head (f32 masters).
+     * Blocks run in row order, so the head's gradient sums them in a fixed order. With a tied head the
+     * embedding's gradient receives this term here and the lookup's in backward.
+     */
+    void lmLoss(Ops& ops, const WeightView& w, const WeightView& master, const LmLossArgs& a);
+    /** Rows per block of lmLoss: a function of the vocabulary only (at most 16M logits, 64 … 1024 rows). */
+    int64_t lmBlockRows() const;
+    /** The logits of rows of y ([rows, d_model], backend memory) into host memory [rows, vocab], block by block. */
+    void lmLogits(Ops& ops, const WeightView& w, const float* y, int64_t rows, GemmMode mode, float* hostLogits);
+    /**
+     * The head's backward for caller-computed dlogits (host [rows, vocab]) times scale, block by block:
+     * grads[lm_head] += dlogitsᵀ·y, dy = dlogits·W_head (f32 masters; dy overwritten).
+     */
+    void lmBackward(Ops& ops, const WeightView& master, const float* y, int64_t rows, const float* hostDlogits,
+                    float scale, float* grads, float* dy);
 
 private:
     LayerCall call(int layer, int B, int T, GemmMode mode, float* state) const;
@@ -90,8 +124,11 @@ private:
     std::vector<std::unique_ptr<LayerBuffers>> tape_;
     std::unique_ptr<LayerBuffers> scratch_;
     Buffer dresid_;
+    Buffer logits_;  // lmLoss: one block of logits
     int tape_B_ = 0, tape_T_ = 0;
+    bool have_tape_ = false;
     const float* tape_x_ = nullptr;
+    const int32_t* tape_ids_ = nullptr;
     const float* tape_start_ = nullptr;
 };
 

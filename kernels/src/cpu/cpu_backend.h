@@ -46,6 +46,7 @@ public:
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;
     double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
+    void embedBackward(const EmbedBackwardArgs& a) override;
 };
 
 // Shared by the stage files.

@@ -263,3 +263,37 @@ void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
 }
 
 }  // namespace mamba::cpu
+
+namespace mamba::cpu {
+
+void CpuBackend::embedBackward(const EmbedBackwardArgs& a) {
+    if (a.rows <= 0 || a.d <= 0) return;
+    for (int64_t r = 0; r < a.rows; ++r)  // an id outside the table would write outside it
+        if (a.ids[r] < 0 || a.ids[r] >= a.vocab)
+            fail("embedBackward: id " + std::to_string(a.ids[r]) + " at row " + std::to_string(r) + " is outside [0, " +
+                 std::to_string(a.vocab) + ")");
+    // The rows grouped by id, each group in row order (a stable sort of row indices), then one task per group:
+    // a table row receives its rows in increasing r, exactly as the plain loop, whatever the thread count.
+    std::vector<int64_t> order(static_cast<size_t>(a.rows));
+    for (int64_t r = 0; r < a.rows; ++r) order[r] = r;
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return a.ids[x] < a.ids[y]; });
+    std::vector<int64_t> group;  // start of each group in `order`, then rows
+    for (int64_t i = 0; i < a.rows; ++i)
+        if (i == 0 || a.ids[order[i]] != a.ids[order[i - 1]]) group.push_back(i);
+    group.push_back(a.rows);
+    const int d = a.d;
+    const int64_t groups = static_cast<int64_t>(group.size()) - 1;
+    parallelFor(groups, std::max<int64_t>(1, kMinParallelWork / (d * std::max<int64_t>(1, a.rows / groups))),
+                [&](int64_t g0, int64_t g1) {
+                    for (int64_t g = g0; g < g1; ++g) {
+                        float* dst = a.dtable + static_cast<int64_t>(a.ids[order[group[g]]]) * d;
+                        for (int64_t i = group[g]; i < group[g + 1]; ++i) {
+                            const float* src = a.dx + order[i] * a.ldx;
+#pragma omp simd
+                            for (int j = 0; j < d; ++j) dst[j] += src[j];
+                        }
+                    }
+                });
+}
+
+}  // namespace mamba::cpu

@@ -555,6 +555,14 @@ void CudaBackend::crossEntropy(const CrossEntropyArgs& a) {
     train::crossEntropy(nextExec(), a);
 }
 
+void CudaBackend::embedBackward(const EmbedBackwardArgs& a) {
+    Lock lock(mu_);
+    if (a.rows <= 0 || a.d <= 0) return;
+    requireNotCapturing("embedBackward (its sort may grow a workspace)");
+    enter();
+    train::embedBackward(nextExec(), a, trainScratch());
+}
+
 // ---- graphs ----
 
 void CudaBackend::beginCapture() {

@@ -81,6 +81,7 @@ public:
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;
     double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
+    void embedBackward(const EmbedBackwardArgs& a) override;
 
     // ---- for the kernel tests and benchmarks (each acts on this context only) ----
     int ordinal() const { return ordinal_; }

@@ -22,7 +22,7 @@ namespace mamba::cuda::train {
  * that stay valid until the next request of the same slot. Contents are never assumed to be anything.
  * Slots: 0, 1, 2 the partial sums of the conv and scan backward (Mamba-3's backward: its chunk states, dk/dq,
  * φ and partials; 4 its norm products); 3 rmsnorm's 1/rms per row; 5 the double partials of sumOfSquares and
- * mse; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
+ * mse; 6 embedBackward's sort; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
  */
 struct Scratch {
     void* owner;
@@ -79,5 +79,12 @@ void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t
 double mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy,
            const Scratch& scratch);
 void crossEntropy(const Exec& ex, const CrossEntropyArgs& a);
+
+// ---- train_embed.cu ----
+/**
+ * dtable[ids[r]] += dx[r]: the rows are sorted by id with a stable radix sort (equal ids keep row order), then
+ * one block per (id, column tile) adds its rows in row order — the CPU's loop, bit for bit. Uses scratch slot 6.
+ */
+void embedBackward(const Exec& ex, const EmbedBackwardArgs& a, const Scratch& scratch);
 
 }  // namespace mamba::cuda::train

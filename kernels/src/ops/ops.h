@@ -223,6 +223,20 @@ struct CrossEntropyArgs {
     float* dlogits;          // [rows, vocab] or null; may alias logits
 };
 
+/**
+ * Backward of embed: dtable[ids[r], :] += dx[r, :] for r < rows. Deterministic without atomics: the rows of
+ * one id are added into its table row one after the other in increasing r, so the result is bit-identical to
+ * the plain loop over r on every backend and thread count (rows of different ids never interact).
+ */
+struct EmbedBackwardArgs {
+    const float* dx;        // [rows, ldx]: the gradient of embed's output
+    int64_t ldx;
+    const int32_t* ids;     // [rows], backend memory; range-checked by the caller
+    int64_t rows;
+    int vocab, d;
+    float* dtable;          // [vocab, d] f32 (+=)
+};
+
 class Ops {
 public:
     virtual ~Ops() = default;
@@ -299,6 +313,7 @@ public:
     /** dy = scale·2·(y − t); returns Σ (y − t)² in double. */
     virtual double mse(const float* y, const float* target, int64_t n, float scale, float* dy) = 0;
     virtual void crossEntropy(const CrossEntropyArgs& a) = 0;
+    virtual void embedBackward(const EmbedBackwardArgs& a) = 0;
 };
 
 }  // namespace mamba

@@ -27,10 +27,17 @@ TrainerReplica::TrainerReplica(ModelImpl& m, Ops& ops, int B, int T)
     start_state = Buffer(ops, d.row_state * B);
     tape_start = Buffer(ops, d.row_state * B);
     work_state = Buffer(ops, d.row_state * B);
-    x_stage = Buffer(ops, R * d.in_width);
+    if (d.vocab > 0) {
+        ids_stage = Buffer(ops, R);
+        lm_targets = Buffer(ops, R);
+        row_loss = Buffer(ops, R);
+        row_correct = Buffer(ops, R);
+    } else {
+        x_stage = Buffer(ops, R * d.in_width);
+        dx_stage = Buffer(ops, R * d.in_width);
+    }
     y_stage = Buffer(ops, R * d.d_model);
     dy_stage = Buffer(ops, R * d.d_model);
-    dx_stage = Buffer(ops, R * d.in_width);
     runner.reserve(ops, B, T, true);
 }
 

@@ -25,7 +25,9 @@ struct TrainerReplica {
     Buffer start_state;  // where the next forward starts (burn-in, setStartState)
     Buffer tape_start;   // the state the taped forward started from (backward reads it)
     Buffer work_state;   // the state the taped forward advances
-    Buffer x_stage, y_stage, dy_stage, dx_stage, target_stage;
+    Buffer x_stage, y_stage, dy_stage, dx_stage, target_stage;  // x_stage, dx_stage: feature inputs only
+    // Language models: token ids and next-token targets [B, T] (int32 in float buffers), per-row loss/correctness.
+    Buffer ids_stage, lm_targets, row_loss, row_correct;
 };
 
 }  // namespace mamba

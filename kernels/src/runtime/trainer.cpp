@@ -55,7 +55,10 @@ void TrainerRuntime::writeParam(int index, const float* host) {
 
 ForwardIO TrainerRuntime::stagedIO(int steps) {
     ForwardIO io;
-    io.x = replica.x_stage.data();
+    if (languageModel())
+        io.ids = reinterpret_cast<const int32_t*>(replica.ids_stage.data());
+    else
+        io.x = replica.x_stage.data();
     io.B = B;
     io.T = steps;
     io.out = replica.y_stage.data();
@@ -187,6 +190,47 @@ int64_t TrainerRuntime::stageTargets(const int32_t* t, int ignoreIndex) const {
     static_assert(sizeof(int32_t) == sizeof(float), "targets travel through a float buffer");
     ops.upload(head->targets.data(), reinterpret_cast<const float*>(t), R);  // a 4-byte copy, read back as int32
     return counted;
+}
+
+int64_t TrainerRuntime::stageTokens(const int32_t* ids, const int32_t* targets, int ignoreIndex) {
+    int64_t counted = 0;
+    for (int64_t r = 0; r < R; ++r)
+        if (targets[r] != ignoreIndex) ++counted;
+    static_assert(sizeof(int32_t) == sizeof(float), "ids travel through a float buffer");
+    ops.upload(replica.ids_stage.data(), reinterpret_cast<const float*>(ids), R);  // 4-byte copies, read as int32
+    ops.upload(replica.lm_targets.data(), reinterpret_cast<const float*>(targets), R);
+    return counted;
+}
+
+StepStats TrainerRuntime::lmLoss(int ignoreIndex, float scale, bool grad, int64_t counted) {
+    TrainerReplica& r = replica;
+    const WeightView w = model.weights();
+    BackboneRunner::LmLossArgs a{};
+    a.y = r.y_stage.data();
+    a.rows = R;
+    a.targets = reinterpret_cast<const int32_t*>(r.lm_targets.data());
+    a.ignore_index = ignoreIndex;
+    a.scale = counted > 0 ? scale / static_cast<float>(counted) : 0.f;  // the mean over counted targets
+    a.row_loss = r.row_loss.data();
+    a.row_correct = r.row_correct.data();
+    a.grads = grad ? r.grads.data() : nullptr;
+    a.dy = r.dy_stage.data();
+    a.mode = model.trainingMode();
+    r.runner.lmLoss(ops, w, r.masterView(w.derived), a);
+    std::vector<float> loss(static_cast<size_t>(R)), correct(static_cast<size_t>(R));
+    ops.download(loss.data(), r.row_loss.data(), R);
+    ops.download(correct.data(), r.row_correct.data(), R);
+    double l = 0, c = 0;
+    for (int64_t i = 0; i < R; ++i) {  // in row order: deterministic
+        l += loss[i];
+        c += correct[i];
+    }
+    StepStats st = pending();
+    st.has_loss = true;
+    st.counted = counted;
+    st.loss = counted > 0 ? static_cast<float>(l / counted) : 0.f;
+    st.accuracy = counted > 0 ? static_cast<float>(c / counted) : 0.f;
+    return st;
 }
 
 }  // namespace mamba

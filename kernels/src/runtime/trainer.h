@@ -61,6 +61,17 @@ public:
     /** Stages targets [B, T] (already checked) and returns how many are not ignored. */
     int64_t stageTargets(const int32_t* targets, int ignoreIndex) const;
 
+    // ---- language models ----
+    bool languageModel() const { return model.backbone.dims.vocab > 0; }
+    /** Stages token ids and next-token targets [B, T] (already checked); returns how many targets count. */
+    int64_t stageTokens(const int32_t* ids, const int32_t* targets, int ignoreIndex);
+    /**
+     * After forward(): the LM head + cross-entropy over every position (lmLoss, in blocks), mean over the `counted`
+     * targets times `scale`. With grad, the head's gradient is added and dy_stage holds ∂L/∂y for backward().
+     * Fills loss/accuracy/counted of the returned stats (pending() otherwise).
+     */
+    StepStats lmLoss(int ignoreIndex, float scale, bool grad, int64_t counted);
+
     /** The taped forward of `steps` steps: staged input in, y_stage out, work_state advanced. */
     ForwardIO stagedIO(int steps);
 

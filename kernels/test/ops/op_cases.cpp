@@ -1021,6 +1021,43 @@ Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad
     return p;
 }
 
+/**
+ * embedBackward: dtable [vocab, d] (random, accumulated into) += dx rows by id. Ids hit 0 and vocab − 1 and
+ * repeat (`repeats`: a few ids take most rows). Compared with the double sum and, bit for bit, with the plain
+ * f32 loop over rows that the op's contract says it equals.
+ */
+Prepared embedBackwardCase(Ops& ops, uint64_t seed, int vocab, int d, int64_t rows, bool padded, bool repeats) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = padded ? d + 5 : d;
+    const std::vector<float> dx = uniform(rng, rows * ldx, -1, 1);
+    const std::vector<float> table0 = uniform(rng, static_cast<int64_t>(vocab) * d, -1, 1);
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (auto& id : ids) id = repeats && rng.below(4) != 0 ? rng.below(std::min(vocab, 3)) : rng.below(vocab);
+    ids[0] = vocab - 1;
+    if (rows > 1) ids[rows - 1] = 0;
+    if (rows > 3) ids[2] = ids[1];  // a repeated id on neighbouring rows
+    float* dtable = A->put(table0);
+    const EmbedBackwardArgs a{A->put(dx), ldx, A->putInts(ids), rows, vocab, d, dtable};
+    p.call = [&ops, a] { ops.embedBackward(a); };
+    Vec want = toDouble(table0);
+    std::vector<float> loop = table0;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int j = 0; j < d; ++j) {
+            want[static_cast<int64_t>(ids[r]) * d + j] += dx[r * ldx + j];
+            loop[static_cast<int64_t>(ids[r]) * d + j] += dx[r * ldx + j];
+        }
+    const int64_t n = static_cast<int64_t>(vocab) * d;
+    p.check = [=] {
+        const std::vector<float> got = A->get(dtable, n);
+        return std::vector<Compare>{nmax("dtable", got, want, kTolLoss), bits("dtable=loop", got, loop)};
+    };
+    p.outputs = [=] { return Outputs{A->get(dtable, n)}; };
+    p.bytes = 4.0 * rows * d * 3;
+    return p;
+}
+
 // ================================================================ determinism
 
 /** Restores the CPU thread count however the case ends. */
@@ -1226,6 +1263,17 @@ std::vector<Case> allCases() {
             [=](Ops& o, uint64_t s) { return embedCase(o, s, dtype, 50, 96, 9); });
     add("embed", "vocab=50280 d=768 rows=512", DTYPE_F32, "-", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return embedCase(o, s, DTYPE_F32, 50280, 768, 512); });
+    for (bool padded : {false, true})
+        add("embedBackward", format("vocab=50 d=96 rows=9%s", padded ? " ld+" : ""), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 50, 96, 9, padded, false); });
+    add("embedBackward", "vocab=1 d=8 rows=5", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 1, 8, 5, false, false); });
+    add("embedBackward", "vocab=7 d=40 rows=1000 repeats", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 7, 40, 1000, false, true); });
+    add("embedBackward", "vocab=33 d=1100 rows=64 ld+ repeats", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 33, 1100, 64, true, true); });
+    add("embedBackward", "vocab=50280 d=768 rows=2048", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 50280, 768, 2048, false, false); });
     for (int n : {12, 16, 64})
         add("negExp", format("channels=72 d_state=%d", n), DTYPE_F32, "-", NEED_NONE, false,
             [=](Ops& o, uint64_t s) { return negExpCase(o, s, 72, n); });
@@ -1357,6 +1405,8 @@ std::vector<Case> allCases() {
     train("mse", "n=1048576", [](Ops& o, uint64_t s) { return mseCase(o, s, 1 << 20); });
     train("crossEntropy", "rows=64 vocab=1000 dlogits=logits",
           [](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 64, 1000, Grad::Aliased); });
+    train("embedBackward", "vocab=1000 d=200 rows=4099 repeats",
+          [](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 1000, 200, 4099, false, true); });
     for (Case& c : mamba3Cases()) t.push_back(std::move(c));
     for (Case& c : mamba3TrainingCases()) training.push_back(std::move(c));
     // ---- graphs: the inference stages of a decode step, recorded and replayed (capabilities().graphs) ----

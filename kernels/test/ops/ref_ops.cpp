@@ -549,6 +549,10 @@ public:
             }
         }
     }
+    void embedBackward(const EmbedBackwardArgs& a) override {
+        for (int64_t r = 0; r < a.rows; ++r)
+            for (int j = 0; j < a.d; ++j) a.dtable[static_cast<int64_t>(a.ids[r]) * a.d + j] += a.dx[r * a.ldx + j];
+    }
 };
 
 }  // namespace

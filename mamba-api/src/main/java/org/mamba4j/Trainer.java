@@ -61,8 +61,26 @@ import org.mamba4j.nativ.global.libmamba;
  * {@link #inputGradient} before any backward, {@link #readEndState} before any forward) throw
  * {@link IllegalStateException}.
  *
- * <p><b>Models.</b> Float-input backbones only: a language model ({@code vocabSize > 0}) is refused by
- * {@link #builder(MambaModel)}, since its token embedding would get no gradient (only weight decay).
+ * <p><b>Language models.</b> A model built with {@code vocabSize(V)} (Mamba-1 or Mamba-3, tied or untied head)
+ * trains on token ids with {@link #stepTokens}: ids {@code [B, T]} in, next-token targets {@code [B, T]} (the ids
+ * shifted by one; {@link Builder#ignoreIndex} marks padding), softmax cross-entropy over the model's own
+ * {@code lm_head}, and gradients into every tensor including the token embedding (a tied embedding receives the
+ * sum of both uses). The logits are computed natively in blocks of rows, never all at once. For a loss computed in
+ * Java, {@link #forwardTokens} returns the logits and {@link #backwardLogits} takes their gradient. The float-input calls
+ * ({@link #forward}, {@link #backward}, {@link #step}, {@link #stepMse}, {@link #stepCrossEntropy},
+ * {@link #burnIn}, {@link #inputGradient}) and {@link Builder#crossEntropyHead} throw
+ * {@link IllegalStateException} for a language model. By default the embedding gets no weight decay (as
+ * {@code nn.Embedding} in the official recipes); an untied {@code lm_head.weight} does.
+ *
+ * <pre>{@code
+ * try (MambaModel lm = MambaModel.builder(config).vocabSize(vocab).seed(1).build();
+ *      Trainer t = Trainer.builder(lm).batch(8).seqLen(128).adamW(AdamW.ofLearningRate(1e-3)).clipGradNorm(1.0).build()) {
+ *     // ids[b, t] = tokens[b][t], targets[b, t] = tokens[b][t + 1] (or DEFAULT_IGNORE_INDEX past the end)
+ *     StepResult r = t.stepTokens(ids, targets);
+ *     System.out.println(r);                                  // loss, accuracy, gradient norm
+ *     lm.save(Path.of("finetuned.mamba"));                    // the trained weights
+ * }
+ * }</pre>
  *
  * <p><b>Devices.</b> Training runs where the model lives: on the CPU (F32) or on a CUDA device (see
  * {@link #supports(Device)}). On a CUDA device, BF16/F16/TF32 models train with f32 master weights (the model's
@@ -122,17 +140,9 @@ public final class Trainer implements AutoCloseable {
         guard.watch(this);
     }
 
-    /**
-     * A builder for a trainer of {@code model}'s weights.
-     *
-     * @throws IllegalArgumentException for a language model ({@code vocabSize > 0}): training one is not
-     *     supported yet (its token embedding would get no gradient, only weight decay)
-     */
+    /** A builder for a trainer of {@code model}'s weights (a float-input backbone or a language model). */
     public static Builder builder(MambaModel model) {
         Objects.requireNonNull(model, "model");
-        if (model.vocabSize() > 0)
-            throw new IllegalArgumentException("training language models is not supported yet: this model has vocabSize = "
-                    + model.vocabSize() + " and its token embedding would get no gradient; train a float-input backbone");
         return new Builder(model);
     }
 
@@ -211,6 +221,92 @@ public final class Trainer implements AutoCloseable {
         });
     }
 
+    // ---- language models ----
+
+    /**
+     * One training step of a language model: forward of token ids [B, T] + the model's {@code lm_head} + softmax
+     * cross-entropy against {@code targets} [B, T] + backward + clip + AdamW. The loss is the mean over the
+     * positions whose target is not the ignore index (PyTorch's {@code reduction='mean'}); the result reports it
+     * with the accuracy (argmax == target) over the same positions.
+     *
+     * <pre>{@code
+     * int[] ids = new int[B * T], targets = new int[B * T];
+     * for (int b = 0; b < B; b++)
+     *     for (int t = 0; t < T; t++) {
+     *         ids[b * T + t] = tokens[b][t];
+     *         targets[b * T + t] = t + 1 < T ? tokens[b][t + 1] : Trainer.DEFAULT_IGNORE_INDEX;
+     *     }
+     * StepResult r = trainer.stepTokens(ids, targets);
+     * }</pre>
+     *
+     * @throws IllegalArgumentException for arrays of the wrong length, an id outside {@code [0, vocabSize)}, or a
+     *     target outside it that is not the ignore index
+     * @throws IllegalStateException when the model is not a language model
+     */
+    public StepResult stepTokens(int[] ids, int[] targets) {
+        return stepTokens(ids, targets, BackwardOptions.step());
+    }
+
+    /**
+     * As {@link #stepTokens(int[], int[])}, with backward options: {@link BackwardOptions#accumulate()} adds this
+     * micro-batch's gradient without stepping, {@code scale} multiplies it (see {@link BackwardOptions}).
+     */
+    public StepResult stepTokens(int[] ids, int[] targets, BackwardOptions options) {
+        checkTokens(ids, targets);
+        Objects.requireNonNull(options, "options");
+        return guard.get(() -> {
+            prepareStep(options.applyOptimizer());
+            return result(peer.stepTokens(ids, ids.length, targets, targets.length, ignoreIndex, (float) options.scale(),
+                    options.applyOptimizer()), options.applyOptimizer(), true);
+        });
+    }
+
+    /**
+     * The language-model loss and accuracy of the current weights on ids/targets [B, T], without gradients (as
+     * {@link #stepTokens}, nothing accumulated or stepped).
+     */
+    public StepResult evaluateTokens(int[] ids, int[] targets) {
+        checkTokens(ids, targets);
+        return guard.get(() -> result(peer.evalTokens(ids, ids.length, targets, targets.length, ignoreIndex), false, true));
+    }
+
+    /**
+     * Split form of {@link #stepTokens}, for a loss computed in Java (label smoothing, distillation, …): the
+     * training forward of ids [B, T], returning every position's logits [B, T, vocab] (which, unlike
+     * {@link #stepTokens}, do exist all at once) and keeping what {@link #backwardLogits} needs.
+     *
+     * @throws IllegalArgumentException when B·T·vocab exceeds a Java array
+     */
+    public float[] forwardTokens(int[] ids) {
+        requireLanguageModel();
+        Objects.requireNonNull(ids, "ids");
+        Checks.length("ids", ids.length, (long) batch * seqLen);
+        long n = (long) batch * seqLen * model.vocabSize();
+        if (n > Integer.MAX_VALUE - 8)
+            throw new IllegalArgumentException("batch * seqLen * vocab = " + n + " logits do not fit a Java array: use stepTokens");
+        float[] logits = new float[(int) n];
+        guard.run(() -> peer.forwardTokens(ids, ids.length, logits, logits.length));
+        return logits;
+    }
+
+    /** Backward of the last {@link #forwardTokens} with {@code dLogits} = ∂L/∂logits [B, T, vocab], then clip + AdamW. */
+    public StepResult backwardLogits(float[] dLogits) {
+        return backwardLogits(dLogits, BackwardOptions.step());
+    }
+
+    /** Backward of the last {@link #forwardTokens} (each forward allows one backward), per {@code options}. */
+    public StepResult backwardLogits(float[] dLogits, BackwardOptions options) {
+        requireLanguageModel();
+        Objects.requireNonNull(dLogits, "dLogits");
+        Checks.length("dLogits", dLogits.length, (long) batch * seqLen * model.vocabSize());
+        Objects.requireNonNull(options, "options");
+        return guard.get(() -> {
+            prepareStep(options.applyOptimizer());
+            return result(peer.backwardLogits(dLogits, dLogits.length, (float) options.scale(), options.applyOptimizer()),
+                    options.applyOptimizer(), false);
+        });
+    }
+
     /** Cross-entropy loss and accuracy of the current weights, without gradients. Discards a pending {@link #forward}. */
     public StepResult evaluateCrossEntropy(float[] inputs, int[] targets) {
         checkInputs(inputs);
@@ -260,6 +356,7 @@ public final class Trainer implements AutoCloseable {
 
     /** ∂L/∂inputs of the last backward, [B, T, inputWidth] (for stacking models or feeding other layers). */
     public float[] inputGradient() {
+        requireFeatures();
         float[] dx = new float[batch * seqLen * inputWidth()];
         guard.run(() -> peer.readInputGradient(dx, dx.length));
         return dx;
@@ -289,6 +386,7 @@ public final class Trainer implements AutoCloseable {
      * the <em>next</em> forward (or fused step) starts from the state it reached. Applies once.
      */
     public void burnIn(float[] prefix, int steps) {
+        requireFeatures();
         Checks.positive("steps", steps);
         Objects.requireNonNull(prefix, "prefix");
         Checks.length("prefix", prefix.length, (long) batch * steps * inputWidth());
@@ -523,12 +621,34 @@ public final class Trainer implements AutoCloseable {
             throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab)");
     }
 
+    private void requireLanguageModel() {
+        if (model.vocabSize() == 0)
+            throw new IllegalStateException("token training needs a language model (built with vocabSize(...)); this"
+                    + " model takes float inputs");
+    }
+
+    private void checkTokens(int[] ids, int[] targets) {
+        requireLanguageModel();
+        Objects.requireNonNull(ids, "ids");
+        Objects.requireNonNull(targets, "targets");
+        Checks.length("ids", ids.length, (long) batch * seqLen);
+        Checks.length("targets", targets.length, (long) batch * seqLen);
+    }
+
+    private void requireFeatures() {
+        if (model.vocabSize() > 0)
+            throw new IllegalStateException("this model is a language model (vocabSize = " + model.vocabSize()
+                    + "): train it on token ids with stepTokens");
+    }
+
     private void checkInputs(float[] inputs) {
+        requireFeatures();
         Objects.requireNonNull(inputs, "inputs");
         Checks.length("inputs", inputs.length, (long) batch * seqLen * inputWidth());
     }
 
     private void checkOutputs(String what, float[] v) {
+        requireFeatures();
         Objects.requireNonNull(v, what);
         Checks.length(what, v.length, (long) batch * seqLen * outputWidth());
     }
@@ -625,7 +745,7 @@ public final class Trainer implements AutoCloseable {
             return this;
         }
 
-        /** Cross-entropy targets equal to this index do not count (default -100, as in PyTorch). */
+        /** Cross-entropy and {@link Trainer#stepTokens} targets equal to this index do not count (default -100, as in PyTorch). */
         public Builder ignoreIndex(int ignoreIndex) {
             this.ignoreIndex = ignoreIndex;
             return this;
@@ -633,6 +753,9 @@ public final class Trainer implements AutoCloseable {
 
         /** Allocates the trainer (gradients, AdamW moments, activation tape). */
         public Trainer build() {
+            if (vocab > 0 && model.vocabSize() > 0)
+                throw new IllegalStateException("a language model trains its own lm_head with stepTokens: do not add"
+                        + " crossEntropyHead(" + vocab + ")");
             if (gemmMode != null) model.setGemmMode(gemmMode);
             return new Trainer(this);
         }

@@ -12,18 +12,20 @@ import org.junit.jupiter.api.Test;
 class TrainerModelKindsTest {
     private static final Mamba1Config CONFIG = Mamba1Config.builder().dModel(16).dState(4).layers(2).build();
 
-    /** Its embedding would get no gradient while weight decay shrinks it: refused up front. */
+    /** Language models train on token ids (LanguageModelTrainingTest); their float-input calls are refused. */
     @Test
-    void languageModelsAreRejected() {
-        try (MambaModel lm = MambaModel.builder(CONFIG).vocabSize(12).build()) {
-            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Trainer.builder(lm));
-            assertTrue(e.getMessage().contains("training language models is not supported yet"), e.getMessage());
+    void languageModelsTrainOnTokens() {
+        try (MambaModel lm = MambaModel.builder(CONFIG).vocabSize(12).build();
+             Trainer t = Trainer.builder(lm).batch(1).seqLen(2).build()) {
+            assertTrue(t.stepTokens(new int[] {3, 4}, new int[] {4, 5}).optimizerStepped());
+            IllegalStateException e = assertThrows(IllegalStateException.class, () -> t.forward(new float[32]));
+            assertTrue(e.getMessage().contains("stepTokens"), e.getMessage());
         }
     }
 
     /**
      * A snapshot copies every field of the model — a language model's vocabulary and tying included, which the
-     * old snapshot dropped. Trainers refuse language models now, so the snapshot's copy is checked directly.
+     * old snapshot dropped: directly, and through a trainer of the language model.
      */
     @Test
     void snapshotKeepsEveryModelField() {
@@ -41,6 +43,14 @@ class TrainerModelKindsTest {
                 for (String name : lm.parameterNames()) assertArrayEquals(lm.getParameter(name), copy.getParameter(name), name);
                 int[] ids = {1, 5, 11, 0};
                 assertArrayEquals(lm.forwardTokens(null, ids, 1, 4), copy.forwardTokens(null, ids, 1, 4));
+                try (Trainer t = Trainer.builder(lm).batch(1).seqLen(4).build()) {
+                    t.stepTokens(ids, new int[] {5, 11, 0, 2});
+                    try (MambaModel snap = t.snapshot()) {
+                        assertEquals(tie, snap.tieEmbeddings());
+                        for (String name : lm.parameterNames())
+                            assertArrayEquals(lm.getParameter(name), snap.getParameter(name), name);
+                    }
+                }
             }
         }
         try (MambaModel m = MambaModel.builder(CONFIG).inputDim(3).seed(2).build();
