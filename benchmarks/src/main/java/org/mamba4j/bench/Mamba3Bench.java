@@ -27,9 +27,8 @@ import org.mamba4j.Trainer;
  *   <li>decode: {@code stepTokens} of a language model (vocabulary 50,280, tied head; token in, logits copied
  *       out) at B = 1 and 64, CUDA graphs on; floor = backbone + head weight bytes / 4.26 TB/s;</li>
  *   <li>prefill: backbone {@code prefill} of T = 4096 float positions, B = 1 (the last output copied out);</li>
- *   <li>training: {@code Trainer.stepMse} of a float-input backbone (inputDim = d_model): forward, BPTT,
- *       clipping and AdamW, inputs and targets copied from the host — the official comparison point is an LM
- *       step (embedding + head + cross-entropy on top), which this does not include.</li>
+ *   <li>training: {@code Trainer.stepTokens} of the language model (embedding, backbone, tied head, next-token
+ *       cross-entropy computed in row blocks), BPTT, clipping and AdamW — the official comparison point.</li>
  * </ul>
  * With {@code cpu}: the decode step of the default config ({@link Mamba3Config#defaults()}, float input) only.
  */
@@ -172,7 +171,8 @@ public final class Mamba3Bench {
     }
 
     private void training() {
-        print("## Mamba-3 training step (float-input backbone, MSE, clip 1.0, AdamW; host copies included)");
+        print("## Mamba-3 training step (language model, vocabulary 50,280, tied head, next-token cross-entropy, clip 1.0,"
+                + " AdamW; ids and targets copied from the host)");
         print("");
         print("| model | dtype | B × T | ms / step | tokens/s |");
         print("|---|---|---|---:|---:|");
@@ -182,15 +182,17 @@ public final class Mamba3Bench {
         if (!quick) cases.add(new Case(new Shape("2048×48", 2048, 48), 8, 2048));
         for (Case c : cases) {
             for (DType dt : new DType[] {DType.F32, DType.BF16}) {
-                int d = c.shape.dModel;
-                try (MambaModel model = MambaModel.builder(config(d, c.shape.layers)).inputDim(d).device(Device.cuda(0))
-                        .dtype(dt).seed(1).build();
+                try (MambaModel model = MambaModel.builder(config(c.shape.dModel, c.shape.layers)).vocabSize(VOCAB)
+                        .device(Device.cuda(0)).dtype(dt).seed(1).build();
                      Trainer t = Trainer.builder(model).batch(c.batch).seqLen(c.seqLen).adamW(AdamW.ofLearningRate(1e-4))
                              .clipGradNorm(1.0).build()) {
-                    float[] x = gaussian(c.batch * c.seqLen * d), y = gaussian(c.batch * c.seqLen * d);
-                    double ms = medianMs(2, quick ? 3 : 10, () -> t.stepMse(x, y).loss());
+                    int n = c.batch * c.seqLen;
+                    int[] ids = new int[n], targets = new int[n];
+                    for (int i = 0; i < n; i++) ids[i] = rng.nextInt(VOCAB);
+                    for (int i = 0; i < n; i++) targets[i] = (i + 1) % c.seqLen == 0 ? Trainer.DEFAULT_IGNORE_INDEX : ids[i + 1];
+                    double ms = medianMs(2, quick ? 3 : 10, () -> t.stepTokens(ids, targets).loss());
                     print(String.format("| %s | %s | %d × %d | %.1f | %.0f |", c.shape.name, dt, c.batch, c.seqLen, ms,
-                            c.batch * c.seqLen / ms * 1e3));
+                            n / ms * 1e3));
                 }
             }
         }
