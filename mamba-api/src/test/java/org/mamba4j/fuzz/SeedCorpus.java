@@ -19,8 +19,8 @@ import org.mamba4j.io.SafeTensors;
 /**
  * Writes the hand-made seed files of mamba-api's fuzz targets under {@code src/test/resources} (run once from the
  * module folder: {@code java -cp <test class path> org.mamba4j.fuzz.SeedCorpus}; mamba-lm's are written by
- * {@code org.mamba4j.lm.LmSeedCorpus}, which uses {@link #quote} and {@link #text}). Seeds are small valid files of each
- * format plus a few hostile ones; crash inputs found by fuzzing are added next to them by hand and never
+ * {@code org.mamba4j.lm.LmSeedCorpus}, which uses {@link #quote} and {@link #text}). Seeds are small valid files of
+ * each format plus a few hostile ones; crash inputs found by fuzzing are added next to them by hand and never
  * regenerated. The files are checked in; this class documents where they came from.
  */
 public final class SeedCorpus {
