@@ -19,8 +19,8 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
 fi
 OUT=target/fuzz-long
 mkdir -p "$OUT"
-# install: mamba-lm's tests take mamba-api's test helpers from its installed test jar
-mvn -B -q ${MAVEN_ARGS:-} -pl mamba-api,mamba-lm -am install -DskipTests || exit 1
+# install (after a full build, as before): mamba-lm's tests take mamba-api's test helpers from its installed test jar
+mvn -B -q ${MAVEN_ARGS:-} -pl mamba-api,mamba-lm install -DskipTests || exit 1
 failed=0
 for t in "${TARGETS[@]}"; do
   module=$(for m in "${MODULES[@]}"; do [ -n "$(find "$m/src/test/java" -name "$t.java")" ] && echo "$m"; done | head -1)
