@@ -7,7 +7,7 @@
 # Logs, the error JSONs and the JUnit reports land under $OUT.
 #
 # Here, first:  bash scripts/official_mamba3_sources.sh /path/to/bare/state-spaces/mamba.git   (third_party/, ignored)
-#               mvn -q install -DskipTests && /work/shared/device/make-bundle.sh .device mamba-api
+#               mvn -q install -DskipTests && /work/shared/device/make-bundle.sh .device mamba-api mamba-lm
 # Device run:   carry [".device", "third_party"], command: bash scripts/device-mamba3.sh
 # Env: M3_SKIP_BENCH=1 skips step 3; M3_BENCH_ARGS="train-768x24-T2048 ... [--iters N] [--tune one]" picks cases.
 # Device time: step 1 limits each official Triton kernel to one launch configuration (the error table does not need

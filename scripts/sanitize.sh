@@ -3,7 +3,7 @@
 #   1. builds an instrumented, CPU-only libmamba and op_test (MAMBA_SANITIZE=address,undefined cppbuild.sh, into
 #      presets/cppbuild/linux-x86_64-sanitize: the normal library is never replaced);
 #   2. runs every CPU op case of kernels/test/ops (op_test, linked from the instrumented objects; leaks checked too);
-#   3. runs the mamba-api test suite (fuzz targets in regression mode included) with the sanitizer runtimes
+#   3. runs the mamba-api and mamba-lm test suites (fuzz targets in regression mode included) with the sanitizer runtimes
 #      preloaded into every test JVM and child JVM, and the instrumented libmamba loaded in place of the packaged one.
 # Needs a normal build first (mvn -B install -DskipTests). Exit 0 only when both runs pass with no sanitizer report.
 #
@@ -34,15 +34,15 @@ ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:log_path=$LOGS/asan" "$LIB/bin/op_t
 OPS=$?
 tail -2 "$LOGS/op_test.log"
 
-echo "== mamba-api tests under $SAN (instrumented libmamba from $LIB/lib)"
+echo "== mamba-api and mamba-lm tests under $SAN (instrumented libmamba from $LIB/lib)"
 # Tagged leak: RSS measurements mean nothing under ASan's quarantine and shadow memory. The kill test restarts a
 # sanitized JVM per kill (~3.5 s each): 15 kills instead of 200.
 PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 JVM_ARGS="--enable-native-access=ALL-UNNAMED -Dorg.bytedeco.javacpp.cachedir=$ROOT/mamba-api/target/javacpp-cache -DENGINE_CACHE_DIR=$ROOT/mamba-api/target/djl-cache -Dorg.bytedeco.javacpp.pathsFirst=true -Dorg.bytedeco.javacpp.platform.preloadpath=$LIB/lib"
-LD_PRELOAD="$PRELOAD" ASAN_OPTIONS="$JVM_ASAN" mvn -B ${MAVEN_ARGS:-} -pl mamba-api surefire:test \
+LD_PRELOAD="$PRELOAD" ASAN_OPTIONS="$JVM_ASAN" mvn -B ${MAVEN_ARGS:-} -pl mamba-api,mamba-lm surefire:test \
   -Dtest.jvm.args="$JVM_ARGS" -DexcludedGroups=leak -Dmamba4j.kills=15 -Dsurefire.failIfNoSpecifiedTests=false "$@" > "$LOGS/mvn.log" 2>&1
 JAVA=$?
-grep -E "Tests run:.*Fail" "$LOGS/mvn.log" | tail -1
+grep -E "Tests run:.*Fail" "$LOGS/mvn.log" | grep -v -- " in "   # each module's totals
 
 # A report is an ASan ERROR or a UBSan "runtime error"; files holding only warnings (TensorTest's refused 2^50-byte
 # allocation) are listed but do not count.

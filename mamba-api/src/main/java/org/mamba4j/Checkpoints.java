@@ -108,7 +108,7 @@ final class Checkpoints {
         String where = f.path().toString();
         if (!FORMAT.equals(meta.get("format")))
             throw new CheckpointException(where + " is not a mamba4j checkpoint (metadata format = " + meta.get("format")
-                    + "); HuggingFace folders load through MambaLM.fromPretrained");
+                    + "); HuggingFace folders load through MambaLM.fromPretrained (org.mamba4j:mamba-lm)");
         String version = meta.get("format_version");
         if (!FORMAT_VERSION.equals(version) && !FORMAT_VERSION_1.equals(version))
             throw new CheckpointException(where + ": unsupported format_version " + version);

@@ -19,6 +19,9 @@
  * }
  * }</pre>
  *
+ * <p>Language models (HuggingFace folders, tokenizers, generation: {@code org.mamba4j.lm}) are in the artifact
+ * {@code org.mamba4j:mamba-lm}, which {@code mamba4j-platform} includes.
+ *
  * <p>The natives come from {@code org.mamba4j:mamba4j-platform} (or {@code mamba-presets-platform}); every native
  * object is {@link java.lang.AutoCloseable}. Debug logging (native loading, device selection) goes through
  * {@link java.lang.System.Logger}, loggers {@code org.mamba4j.*}.

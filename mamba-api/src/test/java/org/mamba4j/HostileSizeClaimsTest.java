@@ -1,9 +1,7 @@
 package org.mamba4j;
 
-import static org.junit.jupiter.api.Assertions.assertThrows;
-import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.mamba4j.fuzz.FuzzChecks.assertRejectedCheaply;
 
-import java.lang.management.ManagementFactory;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
@@ -17,40 +15,17 @@ import org.junit.jupiter.api.function.Executable;
 import org.junit.jupiter.api.io.TempDir;
 import org.mamba4j.io.SafeTensors;
 import org.mamba4j.io.SafeTensorsFile;
-import org.mamba4j.lm.MambaLM;
 
 /**
- * Small files that claim huge sizes — a header length, a tensor shape, byte offsets, a model configuration, a
- * padded vocabulary — are rejected before anything of the claimed size is allocated: each load is measured (heap
- * allocated by this thread, after a warm-up run) and must stay within twice the file's size plus 1 MiB of fixed
- * costs, the bound the fuzz targets check on every input. The readers validate every size against the bytes
- * actually present before allocating, so this holds by construction; these are the cases that would break it.
+ * Small files that claim huge sizes — a header length, a tensor shape, byte offsets, a model configuration (and in
+ * mamba-lm's MambaLMTest a padded vocabulary) — are rejected before anything of the claimed size is allocated: each
+ * load is measured ({@link org.mamba4j.fuzz.FuzzChecks#assertRejectedCheaply}: heap allocated by this thread, after a
+ * warm-up run) and must stay within twice the file's size plus 1 MiB of fixed costs, the bound the fuzz targets check
+ * on every input. The readers validate every size against the bytes actually present before allocating, so this holds
+ * by construction; these are the cases that would break it.
  */
 class HostileSizeClaimsTest {
-    private static final long SLACK = 1L << 20;
-    private static final com.sun.management.ThreadMXBean THREADS =
-            (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
     @TempDir Path dir;
-
-    /** Runs the load twice (the first loads classes), asserts it is rejected and measures the second run. */
-    private static void assertRejectedCheaply(Path file, Executable load) throws Exception {
-        assertThrows(CheckpointException.class, load);
-        long a0 = THREADS.getCurrentThreadAllocatedBytes(), t0 = System.nanoTime();
-        CheckpointException e = assertThrows(CheckpointException.class, load);
-        long allocated = THREADS.getCurrentThreadAllocatedBytes() - a0, millis = (System.nanoTime() - t0) / 1_000_000;
-        long size = Files.isDirectory(file) ? folderSize(file) : Files.size(file);
-        assertTrue(allocated <= 2 * size + SLACK, file.getFileName() + ": " + allocated + " bytes allocated for a " + size
-                + "-byte file (" + e.getMessage() + ")");
-        assertTrue(millis < 2_000, file.getFileName() + " took " + millis + " ms");
-    }
-
-    private static long folderSize(Path folder) throws Exception {
-        long n = 0;
-        try (var files = Files.list(folder)) {
-            for (Path p : (Iterable<Path>) files::iterator) n += Files.size(p);
-        }
-        return n;
-    }
 
     private Path raw(String name, long headerLength, String header, int dataBytes) throws Exception {
         byte[] h = header.getBytes(StandardCharsets.UTF_8);
@@ -114,26 +89,5 @@ class HostileSizeClaimsTest {
                     "vocab_size", i == 0 ? "0" : "10000000", "tie_embeddings", "true", "config", configs[i]), few);
             assertRejectedCheaply(f, () -> MambaModel.load(f));
         }
-    }
-
-    /** A HuggingFace folder whose vocabulary of 1 is padded to 65536 rows: the loader would invent 65535 of them. */
-    @Test
-    void paddedVocabularyClaims() throws Exception {
-        Path folder = Files.createDirectories(dir.resolve("hf"));
-        Map<String, long[]> shapes = MambaModel.builder(Mamba1Config.builder().dModel(64).dState(2).dConv(2).expand(1).dtRank(1)
-                .layers(1).build()).vocabSize(65536).parameterShapes();
-        List<SafeTensors.Entry> tensors = new ArrayList<>();
-        for (Map.Entry<String, long[]> e : shapes.entrySet()) {
-            long[] shape = e.getKey().equals("backbone.embeddings.weight") ? new long[] {1, 64} : e.getValue();
-            long n = 1;
-            for (long d : shape) n *= d;
-            float[] v = new float[(int) n];
-            java.util.Arrays.fill(v, 0.5f);
-            tensors.add(new SafeTensors.Entry(e.getKey(), shape, v));
-        }
-        SafeTensors.write(folder.resolve("model.safetensors"), Map.of("format", "pt"), tensors);
-        Files.writeString(folder.resolve("config.json"), "{\"d_model\": 64, \"n_layer\": 1, \"vocab_size\": 1,"
-                + " \"pad_vocab_size_multiple\": 65536, \"ssm_cfg\": {\"d_state\": 2, \"d_conv\": 2, \"expand\": 1, \"dt_rank\": 1}}");
-        assertRejectedCheaply(folder, () -> MambaLM.fromPretrained(folder, Device.cpu(), DType.F32).close());
     }
 }

@@ -59,10 +59,10 @@ class LeakTest {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(Long.parseLong(args[1]));
         Mamba1Config config = Mamba1Config.builder().dModel(8).dState(2).layers(1).build();
         for (int i = 0; i < WARM_UP; i++) cycle(config, i);
-        long start = rssKiB(), t0 = System.nanoTime();
+        long start = TestUtil.rssKiB(), t0 = System.nanoTime();
         int done = 0;
         while (done < cycles && System.nanoTime() < deadline) cycle(config, done++);
-        System.out.printf("cycles %d %d %d %.1f%n", done, start, rssKiB(), (System.nanoTime() - t0) / 1e9);
+        System.out.printf("cycles %d %d %d %.1f%n", done, start, TestUtil.rssKiB(), (System.nanoTime() - t0) / 1e9);
     }
 
     private static void cycle(Mamba1Config config, int i) {
@@ -77,12 +77,5 @@ class LeakTest {
             t.exportOptimizerState();
             y.toArray();
         }
-    }
-
-    /** The resident set of this process, from /proc/self/status. */
-    static long rssKiB() throws IOException {
-        for (String line : Files.readAllLines(Path.of("/proc/self/status")))
-            if (line.startsWith("VmRSS:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
-        throw new IOException("no VmRSS in /proc/self/status");
     }
 }

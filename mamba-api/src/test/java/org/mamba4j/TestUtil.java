@@ -1,16 +1,29 @@
 package org.mamba4j;
 
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.Random;
 
-/** Shared helpers for numerical tests: random data, relative errors. */
-final class TestUtil {
+/**
+ * Shared helpers for numerical tests: random data, relative errors. Public for the tests of mamba-lm, which get it from
+ * mamba-api's test jar.
+ */
+public final class TestUtil {
     private TestUtil() {}
 
     /** Uniform values in [-scale, scale), never all zero. */
-    static float[] random(Random rng, int n, double scale) {
+    public static float[] random(Random rng, int n, double scale) {
         float[] v = new float[n];
         for (int i = 0; i < n; i++) v[i] = (float) ((rng.nextDouble() * 2 - 1) * scale);
         return v;
+    }
+
+    /** The resident set of this process in KiB, from /proc/self/status. */
+    public static long rssKiB() throws IOException {
+        for (String line : Files.readAllLines(Path.of("/proc/self/status")))
+            if (line.startsWith("VmRSS:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+        throw new IOException("no VmRSS in /proc/self/status");
     }
 
     /** ‖a − b‖₂ / ‖b‖₂. */

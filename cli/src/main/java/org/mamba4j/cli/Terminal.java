@@ -6,7 +6,8 @@ import java.nio.file.Path;
 /**
  * Whether stderr is an interactive terminal, so progress can be redrawn in place. False when the JVM has no console
  * (input or output redirected) or when stderr itself goes to a file or a pipe (read from /proc on Linux); then
- * progress bars print plain lines and never write carriage returns or escape sequences into logs.
+ * progress bars print plain lines and never write carriage returns or escape sequences into logs. The samples keep a
+ * copy (org.mamba4j.samples.Terminal): see there why it is not shared.
  */
 final class Terminal {
     private static final boolean INTERACTIVE = detect();

@@ -1,5 +1,8 @@
 package org.mamba4j.fuzz;
 
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.lang.management.ManagementFactory;
@@ -11,6 +14,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.function.Executable;
 import org.mamba4j.CheckpointException;
 
 /**
@@ -144,6 +148,31 @@ public final class FuzzChecks {
         } catch (Exception e) {
             throw new AssertionError("a checked exception escaped the parser", e);
         }
+    }
+
+    /**
+     * For hand-made hostile files (HostileSizeClaimsTest, mamba-lm's tests): {@code load} must reject {@code
+     * fileOrFolder} with a {@link CheckpointException}, and its second run (the first loads classes) must stay
+     * within the bounds every fuzz input is held to: {@code 2 × size + }{@value #SLACK_BYTES} bytes of heap
+     * allocated by this thread and under {@value #MAX_MILLIS} ms.
+     */
+    public static void assertRejectedCheaply(Path fileOrFolder, Executable load) throws IOException {
+        assertThrows(CheckpointException.class, load);
+        long a0 = THREADS.getCurrentThreadAllocatedBytes(), t0 = System.nanoTime();
+        CheckpointException e = assertThrows(CheckpointException.class, load);
+        long allocated = THREADS.getCurrentThreadAllocatedBytes() - a0, millis = (System.nanoTime() - t0) / 1_000_000;
+        long size = Files.isDirectory(fileOrFolder) ? folderSize(fileOrFolder) : Files.size(fileOrFolder);
+        assertTrue(allocated <= 2 * size + SLACK_BYTES, fileOrFolder.getFileName() + ": " + allocated
+                + " bytes allocated for a " + size + "-byte file (" + e.getMessage() + ")");
+        assertTrue(millis < MAX_MILLIS, fileOrFolder.getFileName() + " took " + millis + " ms");
+    }
+
+    private static long folderSize(Path folder) throws IOException {
+        long n = 0;
+        try (Stream<Path> files = Files.list(folder)) {
+            for (Path p : (Iterable<Path>) files::iterator) n += Files.size(p);
+        }
+        return n;
     }
 
     /** Prints this JVM's figures for a target (the fuzzer prints its own executions and coverage too). */

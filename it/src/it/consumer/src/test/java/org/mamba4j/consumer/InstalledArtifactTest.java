@@ -10,6 +10,9 @@ import org.junit.jupiter.api.Test;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
+import org.mamba4j.lm.MambaLM;
+import org.mamba4j.lm.Sampling;
+import org.mamba4j.lm.TokenListener;
 
 class InstalledArtifactTest {
     @Test
@@ -28,5 +31,18 @@ class InstalledArtifactTest {
         }
         String where = MambaModel.class.getProtectionDomain().getCodeSource().getLocation().toString();
         assertTrue(where.endsWith(".jar") && !where.contains("/mamba-api/target/"), "mamba-api came from the installed jar: " + where);
+    }
+
+    /** mamba4j-platform brings the language models too (mamba-lm): a tiny vocabulary model generates greedily. */
+    @Test
+    void aLanguageModelGenerates() {
+        try (MambaLM lm = new MambaLM(MambaModel.builder(Mamba1Config.builder().dModel(16).layers(1).build())
+                .vocabSize(8).seed(1).build(), 8, null)) {
+            int[] out = lm.generate(new int[] {1, 2, 3}, Sampling.greedy().maxNewTokens(4), TokenListener.NONE);
+            assertEquals(4, out.length);
+            for (int t : out) assertTrue(t >= 0 && t < 8, "token " + t);
+        }
+        String where = MambaLM.class.getProtectionDomain().getCodeSource().getLocation().toString();
+        assertTrue(where.endsWith(".jar") && !where.contains("/mamba-lm/target/"), "mamba-lm came from the installed jar: " + where);
     }
 }

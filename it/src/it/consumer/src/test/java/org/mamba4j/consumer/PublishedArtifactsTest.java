@@ -27,7 +27,8 @@ import org.w3c.dom.Node;
 class PublishedArtifactsTest {
     private static final String VERSION = System.getProperty("mamba4j.version");
     private static final Path REPO = Path.of(System.getProperty("mamba4j.localRepository"), "org", "mamba4j");
-    private static final List<String> PUBLISHED_JARS = List.of("mamba-presets", "mamba-presets-platform", "mamba-api", "mamba4j-platform");
+    private static final List<String> PUBLISHED_JARS = List.of("mamba-presets", "mamba-presets-platform", "mamba-api", "mamba-lm",
+            "mamba4j-platform");
 
     private static Path file(String artifact, String suffix) {
         return REPO.resolve(artifact).resolve(VERSION).resolve(artifact + "-" + VERSION + suffix);
@@ -49,6 +50,8 @@ class PublishedArtifactsTest {
         assertTrue(hasEntry(file("mamba-api", "-sources.jar"), "org/mamba4j/MambaModel.java"));
         assertTrue(hasEntry(file("mamba-api", "-javadoc.jar"), "org/mamba4j/MambaModel.html"));
         assertTrue(hasEntry(file("mamba-api", "-javadoc.jar"), "index.html"));
+        assertTrue(hasEntry(file("mamba-lm", "-sources.jar"), "org/mamba4j/lm/MambaLM.java"));
+        assertTrue(hasEntry(file("mamba-lm", "-javadoc.jar"), "org/mamba4j/lm/MambaLM.html"));
         assertTrue(hasEntry(file("mamba-presets", "-sources.jar"), "org/mamba4j/nativ/Model.java"), "generated peers are in the sources jar");
         assertTrue(hasEntry(file("mamba-presets", "-javadoc.jar"), "index.html"));
         assertTrue(hasEntry(file("mamba4j-platform", "-javadoc.jar"), "README.txt"), "aggregates explain themselves");
@@ -68,6 +71,41 @@ class PublishedArtifactsTest {
             assertFalse(text(p, "name").isBlank(), a + " name");
             assertFalse(text(p, "description").isBlank(), a + " description");
         }
+    }
+
+    /**
+     * The core needs JavaCPP, OpenBLAS and Jackson only: mamba-api's run-time dependencies are the preset and Jackson,
+     * the preset's are JavaCPP and OpenBLAS; the language-model libraries (DJL's tokenizers) come with mamba-lm, and
+     * mamba4j-platform brings both.
+     */
+    @Test
+    void theCoreDependsOnJavaCppOpenBlasAndJacksonOnly() throws Exception {
+        assertEquals(List.of("org.mamba4j:mamba-presets", "com.fasterxml.jackson.core:jackson-databind"),
+                runtimeDependencies("mamba-api"));
+        assertEquals(List.of("org.bytedeco:javacpp", "org.bytedeco:openblas"), runtimeDependencies("mamba-presets"));
+        assertTrue(runtimeDependencies("mamba-lm").containsAll(List.of("org.mamba4j:mamba-api", "ai.djl.huggingface:tokenizers")),
+                "mamba-lm: " + runtimeDependencies("mamba-lm"));
+        assertTrue(runtimeDependencies("mamba4j-platform").containsAll(List.of("org.mamba4j:mamba-api", "org.mamba4j:mamba-lm",
+                "org.mamba4j:mamba-presets-platform")), "mamba4j-platform: " + runtimeDependencies("mamba4j-platform"));
+    }
+
+    /** groupId:artifactId of each dependency of an installed POM that users get (not test, provided or optional). */
+    private static List<String> runtimeDependencies(String artifact) throws Exception {
+        Element deps = child(pom(file(artifact, ".pom")), "dependencies");
+        List<String> out = new java.util.ArrayList<>();
+        for (Node n = deps.getFirstChild(); n != null; n = n.getNextSibling()) {
+            if (!(n instanceof Element)) continue;
+            Element d = (Element) n;
+            String scope = optionalText(d, "scope");
+            if (scope.equals("test") || scope.equals("provided") || optionalText(d, "optional").equals("true")) continue;
+            out.add(text(d, "groupId") + ":" + text(d, "artifactId"));
+        }
+        return out;
+    }
+
+    private static String optionalText(Element e, String name) {
+        Node n = e.getElementsByTagName(name).item(0);
+        return n == null ? "" : n.getTextContent().strip();
     }
 
     @Test

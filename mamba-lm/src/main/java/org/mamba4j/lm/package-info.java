@@ -1,5 +1,7 @@
 /**
- * The pure-Java parts of language-model generation.
+ * Language models on top of the core API (artifact {@code org.mamba4j:mamba-lm}; {@code mamba4j-platform} includes
+ * it): HuggingFace and official state-spaces folders, tokenizers, sampling and generation. The core
+ * ({@code mamba-api}) does not depend on this package or on its libraries (DJL's tokenizers, JNA).
  *
  * <ul>
  *   <li>{@link org.mamba4j.lm.Sampling}: immutable decoding settings (temperature, top-k, top-p, min-p,

@@ -24,6 +24,7 @@ import org.mamba4j.Device;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
+import org.mamba4j.fuzz.FuzzChecks;
 import org.mamba4j.io.SafeTensors;
 
 /**
@@ -191,6 +192,30 @@ class MambaLMTest {
             int[] out = lm.generate(PROMPT, Sampling.ofTemperature(5).seed(1).maxNewTokens(64), TokenListener.NONE);
             for (int tok : out) assertTrue(tok < VOCAB, "padding token " + tok + " sampled");
         }
+    }
+
+    /**
+     * A HuggingFace folder whose vocabulary of 1 is padded to 65536 rows: the loader would invent 65535 of them; it is
+     * refused before allocating them (mamba-api's HostileSizeClaimsTest holds the other size claims to this bound).
+     */
+    @Test
+    void paddedVocabularyClaimsAreRejectedCheaply() throws Exception {
+        Path folder = Files.createDirectories(dir.resolve("hf"));
+        Map<String, long[]> shapes = MambaModel.builder(Mamba1Config.builder().dModel(64).dState(2).dConv(2).expand(1).dtRank(1)
+                .layers(1).build()).vocabSize(65536).parameterShapes();
+        List<SafeTensors.Entry> tensors = new ArrayList<>();
+        for (Map.Entry<String, long[]> e : shapes.entrySet()) {
+            long[] shape = e.getKey().equals("backbone.embeddings.weight") ? new long[] {1, 64} : e.getValue();
+            long n = 1;
+            for (long d : shape) n *= d;
+            float[] v = new float[(int) n];
+            java.util.Arrays.fill(v, 0.5f);
+            tensors.add(new SafeTensors.Entry(e.getKey(), shape, v));
+        }
+        SafeTensors.write(folder.resolve("model.safetensors"), Map.of("format", "pt"), tensors);
+        Files.writeString(folder.resolve("config.json"), "{\"d_model\": 64, \"n_layer\": 1, \"vocab_size\": 1,"
+                + " \"pad_vocab_size_multiple\": 65536, \"ssm_cfg\": {\"d_state\": 2, \"d_conv\": 2, \"expand\": 1, \"dt_rank\": 1}}");
+        FuzzChecks.assertRejectedCheaply(folder, () -> MambaLM.fromPretrained(folder, Device.cpu(), DType.F32).close());
     }
 
     @Test

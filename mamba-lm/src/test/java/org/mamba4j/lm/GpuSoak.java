@@ -1,12 +1,18 @@
-package org.mamba4j;
+package org.mamba4j.lm;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
-import org.mamba4j.lm.MambaLM;
-import org.mamba4j.lm.Sampling;
+import org.mamba4j.DType;
+import org.mamba4j.Device;
+import org.mamba4j.Mamba1Config;
+import org.mamba4j.MambaModel;
+import org.mamba4j.MambaState;
+import org.mamba4j.Tensor;
+import org.mamba4j.TestUtil;
+import org.mamba4j.Trainer;
 
 /**
  * The GPU soak of docs/reliability.md (scripts/device-soak.sh runs it; prepared, not run yet). Two modes:
@@ -73,9 +79,9 @@ public final class GpuSoak {
                     nextReload += 60_000_000_000L;
                 }
                 if (now >= nextSample) {
-                    samples.add(new long[] {(now - start) / 1_000_000_000L, deviceUsed(gpu), LeakTest.rssKiB(), tokens});
+                    samples.add(new long[] {(now - start) / 1_000_000_000L, deviceUsed(gpu), TestUtil.rssKiB(), tokens});
                     System.out.printf("t=%4d s  device used %6d MiB  VmRSS %6d MiB  %7.1f tokens/s%n", (now - start) / 1_000_000_000L,
-                            deviceUsed(gpu) / MIB, LeakTest.rssKiB() / 1024, tokens / 10.0);
+                            deviceUsed(gpu) / MIB, TestUtil.rssKiB() / 1024, tokens / 10.0);
                     tokens = 0;
                     nextSample += 10_000_000_000L;
                 }
