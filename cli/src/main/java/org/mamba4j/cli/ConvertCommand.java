@@ -26,7 +26,7 @@ import picocli.CommandLine.Model.CommandSpec;
                 + " --format official into a folder in the official state-spaces/mamba layout.")
 final class ConvertCommand implements Callable<Integer> {
     /** Files a model folder's tokenizer consists of; copied along into an official folder. */
-    private static final String[] TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+    static final String[] TOKENIZER_FILES = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
 
     @Spec CommandSpec spec;
     @Mixin ModelOptions model;
@@ -58,7 +58,8 @@ final class ConvertCommand implements Callable<Integer> {
         return 0;
     }
 
-    private static void copyTokenizer(Path from, Path to) {
+    /** Copies the tokenizer files {@code from} holds into the folder {@code to}, each atomically (shared with finetune). */
+    static void copyTokenizer(Path from, Path to) {
         if (from.toAbsolutePath().normalize().equals(to.toAbsolutePath().normalize())) return;
         for (String name : TOKENIZER_FILES) {
             Path src = from.resolve(name);

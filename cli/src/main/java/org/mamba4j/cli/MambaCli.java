@@ -12,7 +12,7 @@ import picocli.CommandLine.ScopeType;
  */
 @Command(name = "mamba4j", mixinStandardHelpOptions = true, versionProvider = Version.class,
         description = "Mamba state-space language models on the CPU or an NVIDIA GPU.",
-        subcommands = {GenerateCommand.class, InfoCommand.class, ConvertCommand.class, CommandLine.HelpCommand.class})
+        subcommands = {GenerateCommand.class, InfoCommand.class, ConvertCommand.class, FinetuneCommand.class, CommandLine.HelpCommand.class})
 public final class MambaCli {
     // Read before parsing (Logging.verboseRequested): logging is configured before anything logs. Declared here so
     // that every command accepts it and lists it in --help.
