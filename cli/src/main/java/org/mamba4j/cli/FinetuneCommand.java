@@ -75,7 +75,7 @@ final class FinetuneCommand implements Callable<Integer> {
             description = "Clip the global gradient norm to NORM; 0 = off (default: ${DEFAULT-VALUE})")
     double clip;
 
-    @Option(names = "--seed", defaultValue = "0", description = "Order of the windows: same seed, same run (default: ${DEFAULT-VALUE})")
+    @Option(names = "--seed", defaultValue = "0", paramLabel = "N", description = "Order of the windows: same seed, same run (default: ${DEFAULT-VALUE})")
     long seed;
 
     @Override
@@ -192,7 +192,7 @@ final class FinetuneCommand implements Callable<Integer> {
         Path tmp;
         try {
             Files.createDirectories(parent);
-            tmp = Files.createTempDirectory(parent, "." + target.getFileName() + ".tmp-");
+            tmp = createHiddenSibling(target);
         } catch (IOException e) {
             throw new UncheckedIOException("cannot create a folder in " + parent + ": " + e.getMessage(), e);
         }
@@ -209,6 +209,19 @@ final class FinetuneCommand implements Callable<Integer> {
             throw new UncheckedIOException("cannot write " + target + ": " + e.getMessage(), e);
         } finally {
             deleteRecursively(tmp);
+        }
+    }
+
+    /** A new folder next to {@code target}; unlike createTempDirectory it gets the umask's permissions, as the result should. */
+    private static Path createHiddenSibling(Path target) throws IOException {
+        Random random = new Random();
+        for (int attempt = 0; ; attempt++) {
+            Path dir = target.resolveSibling("." + target.getFileName() + ".tmp-" + Integer.toUnsignedString(random.nextInt(), 36));
+            try {
+                return Files.createDirectory(dir);
+            } catch (java.nio.file.FileAlreadyExistsException e) {
+                if (attempt == 100) throw e;
+            }
         }
     }
 

@@ -143,10 +143,23 @@ class FinetuneCommandTest {
     }
 
     @Test
+    void progressRedrawsOneLineOnATerminal() {
+        StringWriter w = new StringWriter();
+        TrainingProgress p = new TrainingProgress(new PrintWriter(w, true), 2, true);
+        p.update(1, 2.5, 16);
+        p.update(2, 1.25, 32);
+        p.finish();
+        String s = w.toString();
+        assertTrue(s.startsWith("\rstep 1/2 [") && s.contains("\rstep 2/2 [####################] loss 1.2500, "), s);
+        assertTrue(s.endsWith(System.lineSeparator()) && s.strip().lines().count() == 1, "one line, redrawn: " + s);
+    }
+
+    @Test
     void helpSaysWhatItWrites() {
         String help = run(0, "finetune", "--help")[0];
         assertTrue(help.contains("--seq-len") && help.contains("--lr") && help.contains("--weight-decay") && help.contains("--clip"), help);
-        assertTrue(help.contains("official state-spaces/mamba layout") && help.contains("not the transformers one"), help);
+        String flat = help.replaceAll("\\s+", " ");
+        assertTrue(flat.contains("official state-spaces/mamba layout") && flat.contains("not the transformers one"), help);
         assertTrue(run(0, "--help")[0].contains("finetune"));
     }
 }
