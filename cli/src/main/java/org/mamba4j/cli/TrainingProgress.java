@@ -14,7 +14,7 @@ final class TrainingProgress {
     private final long steps;
     private final boolean redraw;
     private final long start = System.nanoTime();
-    private long lastDraw = Long.MIN_VALUE;
+    private long lastDraw;
     private long lastTenth = 0;
     private boolean drawn;
 
@@ -33,7 +33,7 @@ final class TrainingProgress {
         long now = System.nanoTime();
         double tokensPerSecond = tokens / Math.max(1e-9, (now - start) / 1e9);
         if (redraw) {
-            if (step < steps && now - lastDraw < REDRAW_NANOS) return;
+            if (step < steps && drawn && now - lastDraw < REDRAW_NANOS) return;
             lastDraw = now;
             int filled = (int) (step * WIDTH / steps);
             out.print("\rstep " + step + "/" + steps + " [" + "#".repeat(filled) + " ".repeat(WIDTH - filled) + "] "
