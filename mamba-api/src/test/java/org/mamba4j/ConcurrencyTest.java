@@ -48,13 +48,16 @@ class ConcurrencyTest {
     /** One thread's model and work: shapes chosen so that the stages use the CPU thread pool (≥ 16K updates). */
     private record Job(String name, int model, boolean trainsWeights, int batch, int steps, long seed) {}
 
-    private record Spec(Mamba1Config config, int inputDim, long seed) {}
+    private record Spec(ModelConfig config, int inputDim, long seed) {}
 
     private static final Spec[] MODELS = {
         new Spec(Mamba1Config.builder().dModel(32).dState(8).layers(2).build(), 5, 11),
         new Spec(Mamba1Config.builder().dModel(64).dState(16).layers(2).build(), 8, 12),
         new Spec(Mamba1Config.builder().dModel(96).dState(16).dConv(3).layers(1).build(), 0, 13),
         new Spec(Mamba1Config.builder().dModel(64).dState(16).layers(3).build(), 6, 14),  // shared
+        // Mamba-3 SISO: its scan and scan backward use the pool and per-thread scratch too
+        new Spec(Mamba3Config.builder().dModel(64).dState(16).headdim(16).layers(2).chunkSize(16).build(), 7, 15),
+        new Spec(Mamba3Config.builder().dModel(32).dState(32).headdim(8).ngroups(2).layers(1).build(), 4, 16),
     };
 
     private static final Job[] JOBS = {
@@ -63,6 +66,8 @@ class ConcurrencyTest {
         new Job("wide", 2, true, 2, 48, 103),
         new Job("shared-a", 3, false, 4, 40, 104),
         new Job("shared-b", 3, false, 3, 36, 105),
+        new Job("mamba3-train", 4, true, 3, 40, 106),
+        new Job("mamba3-infer", 5, false, 4, 33, 107),
     };
 
     @Test
