@@ -255,9 +255,6 @@ public record Mamba3LMConfig(
      *     no field for it
      */
     public String toJson() {
-        if (config.normEps() != OFFICIAL_NORM_EPS)
-            throw new IllegalStateException("normEps " + config.normEps() + " cannot be written in the official"
-                    + " config.json, whose block norms use a fixed 1e-5");
         Map<String, Object> ssm = new LinkedHashMap<>();
         ssm.put("layer", "Mamba3");
         ssm.put("d_state", config.dState());
@@ -271,6 +268,19 @@ public record Mamba3LMConfig(
         ssm.put("dt_init_floor", decimal(config.dtInitFloor()));
         ssm.put("chunk_size", config.chunkSize());
         ssm.put("is_outproj_norm", config.outprojNorm());
+        return officialJson(config, config.normEps(), vocabSize, ssm, padVocabMultiple, tieEmbeddings, residualInFp32, fusedAddNorm);
+    }
+
+    /**
+     * The official {@code MambaConfig} config.json around an {@code ssm_cfg} map, for either architecture.
+     *
+     * @throws IllegalStateException when the block-norm epsilon is not the official fixed 1e-5
+     */
+    static String officialJson(ModelConfig config, float normEps, int vocabSize, Map<String, Object> ssm,
+            int padVocabMultiple, boolean tieEmbeddings, boolean residualInFp32, boolean fusedAddNorm) {
+        if (normEps != OFFICIAL_NORM_EPS)
+            throw new IllegalStateException("normEps " + normEps + " cannot be written in the official"
+                    + " config.json, whose block norms use a fixed 1e-5");
         Map<String, Object> m = new LinkedHashMap<>();
         m.put("d_model", config.dModel());
         m.put("d_intermediate", 0);
@@ -291,8 +301,7 @@ public record Mamba3LMConfig(
         }
     }
 
-    /** A float as the double of its shortest decimal (1e-4f → 1.0E-4, not 9.999999747378752E-5). */
-    private static double decimal(float f) {
+    static double decimal(float f) {
         return Double.parseDouble(Float.toString(f));
     }
 }

@@ -1,7 +1,5 @@
 package org.mamba4j.lm;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
-import com.fasterxml.jackson.databind.SerializationFeature;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
@@ -87,38 +85,18 @@ final class OfficialFolder {
 
     /** A Mamba-1 model's official config.json ({@code ssm_cfg.layer = "Mamba1"}), read back by {@link HfMambaConfig}. */
     private static String mamba1Json(Mamba1Config c, int vocab, int pad, boolean tie) {
-        if (c.normEps() != Mamba3LMConfig.OFFICIAL_NORM_EPS)
-            throw new IllegalStateException("normEps " + c.normEps() + " cannot be written in the official config.json,"
-                    + " whose block norms use a fixed 1e-5");
         Map<String, Object> ssm = new LinkedHashMap<>();
         ssm.put("layer", "Mamba1");
         ssm.put("d_state", c.dState());
         ssm.put("d_conv", c.dConv());
         ssm.put("expand", c.expand());
         ssm.put("dt_rank", c.dtRank());
-        ssm.put("dt_min", Double.parseDouble(Float.toString(c.dtMin())));
-        ssm.put("dt_max", Double.parseDouble(Float.toString(c.dtMax())));
-        ssm.put("dt_init_floor", Double.parseDouble(Float.toString(c.dtInitFloor())));
+        ssm.put("dt_min", Mamba3LMConfig.decimal(c.dtMin()));
+        ssm.put("dt_max", Mamba3LMConfig.decimal(c.dtMax()));
+        ssm.put("dt_init_floor", Mamba3LMConfig.decimal(c.dtInitFloor()));
         ssm.put("conv_bias", true);
         ssm.put("bias", false);
-        Map<String, Object> m = new LinkedHashMap<>();
-        m.put("d_model", c.dModel());
-        m.put("d_intermediate", 0);
-        m.put("n_layer", c.layers());
-        m.put("vocab_size", vocab);
-        m.put("ssm_cfg", ssm);
-        m.put("attn_layer_idx", List.of());
-        m.put("attn_cfg", Map.of());
-        m.put("rms_norm", true);
-        m.put("residual_in_fp32", true);
-        m.put("fused_add_norm", true);
-        m.put("pad_vocab_size_multiple", pad);
-        m.put("tie_embeddings", tie);
-        try {
-            return JsonKeys.MAPPER.writer().with(SerializationFeature.INDENT_OUTPUT).writeValueAsString(m) + "\n";
-        } catch (JsonProcessingException e) {
-            throw new IllegalStateException("cannot encode " + m, e);
-        }
+        return Mamba3LMConfig.officialJson(c, c.normEps(), vocab, ssm, pad, tie, true, true);
     }
 
     /** Writes a small text file through a temporary sibling, forced to disk, then renamed over the target. */
