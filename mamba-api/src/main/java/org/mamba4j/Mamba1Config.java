@@ -148,15 +148,8 @@ public final class Mamba1Config implements ModelConfig {
          */
         public Mamba1Config build() {
             Mamba1Config c = new Mamba1Config(this);
-            Native.load();
-            try (org.mamba4j.nativ.ModelConfig n = c.toNative(0)) {
-                NativeGuard.config(() -> {
-                    libmamba.validateConfig(n);
-                    return null;
-                });
-            } catch (RuntimeException e) {  // validateConfig only judges the configuration
-                throw new InvalidConfigException("invalid Mamba1Config: " + e.getMessage());
-            }
+            Native.load();  // toNative needs the natives
+            ModelConfigs.validate(c.toNative(0), "Mamba1Config");
             return c;
         }
     }

@@ -184,15 +184,8 @@ public final class Mamba3Config implements ModelConfig {
          */
         public Mamba3Config build() {
             Mamba3Config c = new Mamba3Config(this);
-            Native.load();
-            try (org.mamba4j.nativ.ModelConfig n = c.toNative(0, 0, true)) {
-                NativeGuard.config(() -> {
-                    libmamba.validateConfig(n);
-                    return null;
-                });
-            } catch (RuntimeException e) {  // validateConfig only judges the configuration
-                throw new InvalidConfigException("invalid Mamba3Config: " + e.getMessage());
-            }
+            Native.load();  // toNative needs the natives
+            ModelConfigs.validate(c.toNative(0, 0, true), "Mamba3Config");
             return c;
         }
     }

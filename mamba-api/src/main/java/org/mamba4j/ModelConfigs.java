@@ -2,6 +2,7 @@ package org.mamba4j;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import java.util.Map;
+import org.mamba4j.nativ.global.libmamba;
 
 /**
  * Where a {@link ModelConfig} turns into something architecture-specific: the native struct a model is built
@@ -16,6 +17,22 @@ final class ModelConfigs {
         if (config instanceof Mamba1Config c) return c.toNative(inputDim, vocabSize, tieEmbeddings);
         if (config instanceof Mamba3Config c) return c.toNative(inputDim, vocabSize, tieEmbeddings);
         throw new AssertionError("no native conversion for " + config.getClass());
+    }
+
+    /**
+     * Validates a native config against libmamba's limits (and closes it).
+     *
+     * @throws InvalidConfigException "invalid TYPE: " + libmamba's message naming the field
+     */
+    static void validate(org.mamba4j.nativ.ModelConfig n, String type) {
+        try (n) {
+            NativeGuard.config(() -> {
+                libmamba.validateConfig(n);
+                return null;
+            });
+        } catch (RuntimeException e) {  // validateConfig only judges the configuration
+            throw new InvalidConfigException("invalid " + type + ": " + e.getMessage());
+        }
     }
 
     /** The fields under their checkpoint-metadata names. */
