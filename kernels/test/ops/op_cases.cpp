@@ -157,10 +157,10 @@ Prepared gemmForwardCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int6
 /**
  * GEMM_DETERMINISTIC's promise, batch invariance: a probe row's output is bitwise the same whether it is computed
  * alone or among M − 1 other rows of random content, at any position, for every M in `batches` (and for y with
- * beta = 1 and a bias). The reference check of the M = 1 run keeps the kernel honest.
+ * beta = 1 and a bias). The reference check of the M = 1 run keeps the kernel honest. A prefill's or a forward's
+ * products are such products over B·T rows, so this is also "step, prefill and forward agree for the GEMM part".
  */
-Prepared gemmInvarianceCase(Ops& ops, uint64_t seed, int dtype, int out, int in) {
-    static const int64_t batches[] = {1, 2, 3, 7, 8, 9, 13, 61, 128, 257};
+Prepared gemmInvarianceCase(Ops& ops, uint64_t seed, int dtype, int out, int in, std::vector<int64_t> batches) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -1167,11 +1167,27 @@ std::vector<Case> allCases() {
                             });
                     }
     // GEMM_DETERMINISTIC: batch invariance on every backend and storage type, and the CPU's exact fixed order.
-    for (int dtype : dtypes)
+    // On CUDA the widths below make the tensor-core tier pick every one of its tiles on an H200 (132 SMs): out = 72
+    // and 200 the narrow ones, 9000 the 32-wide, 17000 the 64-wide and the 128×128 tile (tiles change speed only).
+    const std::vector<int64_t> issueBatches = {1, 2, 3, 7, 8, 9, 13, 61, 128, 257};
+    for (int dtype : dtypes) {
         add("invariant.gemm.forward", "B=1..257 out=72 in=200 bias beta=1", dtype, "det", lowp(dtype), false,
-            [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 72, 200); });
+            [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 72, 200, issueBatches); });
+        add("invariant.gemm.forward", "B=1..4096 out=200 in=264 bias beta=1", dtype, "det", lowp(dtype), false,
+            [=](Ops& o, uint64_t s) {
+                return gemmInvarianceCase(o, s, dtype, 200, 264, {1, 5, 16, 17, 64, 65, 300, 1000, 4096});
+            });
+    }
+    for (int dtype : {DTYPE_BF16, DTYPE_F16}) {
+        add("invariant.gemm.forward", "B=1..300 out=9000 in=72 bias beta=1", dtype, "det", lowp(dtype), false,
+            [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 9000, 72, {1, 16, 33, 300}); });
+        add("invariant.gemm.forward", "B=1..300 out=17000 in=40 bias beta=1", dtype, "det", lowp(dtype), false,
+            [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 17000, 40, {1, 9, 61, 128, 300}); });
+    }
     add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", DTYPE_F32, "det", NEED_NONE, false,
-        [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, DTYPE_F32, 40, 13); });
+        [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, DTYPE_F32, 40, 13, issueBatches); });
+    add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", DTYPE_BF16, "det", NEED_LOWP, false,
+        [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, DTYPE_BF16, 40, 13, issueBatches); });
     for (int in : {5, 8, 61, 768})
         add("fixedorder.gemm.forward", format("rows=6 out=7 in=%d", in), DTYPE_F32, "det", NEED_HOST_THREADS, false,
             [=](Ops& o, uint64_t s) { return gemmFixedOrderCase(o, s, 6, 7, in); });
@@ -1194,18 +1210,27 @@ std::vector<Case> allCases() {
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 1, 50280, 768, false, 0.f, false); });
         }
 
-    // The GEMM table (--time): in_proj of the 130m and 2.8b shapes at decode, batched decode and prefill sizes,
-    // every mode, F32 and BF16.
+    // The GEMM table (--time): in_proj and out_proj of the four Mamba-1 sizes at decode (M = 1, 8), batched decode
+    // (64, 256) and prefill/training (4096, 16384) sizes, every mode; BF16 (tensor-core tier) and F32 (scalar tier,
+    // up to 4096 rows: it reads the weights once per 8 rows).
+    struct Shape {
+        const char* name;
+        int out, in;
+    };
+    const Shape shapes[] = {{"130m in_proj", 3072, 768},   {"130m out_proj", 768, 1536},  {"370m in_proj", 4096, 1024},
+                            {"370m out_proj", 1024, 2048}, {"1.4b in_proj", 8192, 2048},  {"1.4b out_proj", 2048, 4096},
+                            {"2.8b in_proj", 10240, 2560}, {"2.8b out_proj", 2560, 5120}};
     for (int dtype : {DTYPE_F32, DTYPE_BF16})
         for (GemmMode mode : {GemmMode::Fast, GemmMode::Pedantic, GemmMode::Deterministic})
-            for (const auto& s : {std::pair<int, int>{3072, 768}, std::pair<int, int>{10240, 2560}})
-                for (int64_t rows : {1, 8, 64, 256, 4096})
+            for (const Shape& s : shapes)
+                for (int64_t rows : {1, 8, 64, 256, 4096, 16384}) {
+                    if (dtype == DTYPE_F32 && (rows > 4096 || (mode == GemmMode::Deterministic && rows > 256))) continue;
                     add("bench.gemm.forward",
-                        format("rows=%lld out=%d in=%d (%s in_proj)", static_cast<long long>(rows), s.first, s.second,
-                               s.second == 768 ? "130m" : "2.8b"),
+                        format("rows=%lld out=%d in=%d (%s)", static_cast<long long>(rows), s.out, s.in, s.name),
                         dtype, modeName(mode), lowp(dtype), true, [=](Ops& o, uint64_t seed) {
-                            return gemmShapeCase(o, seed, mode, dtype, rows, s.first, s.second);
+                            return gemmShapeCase(o, seed, mode, dtype, rows, s.out, s.in);
                         });
+                }
 
     // ---- gemm BackwardData, WeightGrad (always Reproducible) ----
     for (int64_t rows : gemmRows)

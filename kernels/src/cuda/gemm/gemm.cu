@@ -10,11 +10,15 @@
 // | TF32       | our gemv, exact f32 (bandwidth-bound)     | cublasSgemm, TF32 tensor-op math             |
 // | BF16 / F16 | our gemv on the 2-byte values, f32 accum. | activations packed to bf16/f16, cublasGemmEx |
 //
-// GemmMode::Deterministic (GEMM_DETERMINISTIC) runs EVERY row count through the gemv, 8 rows at a time: the gemv
-// computes each row with the same arithmetic whatever the other rows are (its reduction order is a function of
-// the weight's shape alone), so a row's result is batch-invariant for any M — the scalar tier: exact, and slow
-// for long prefills (the weights are read once per 8 rows). GemmMode::Pedantic runs cuBLAS with pedantic math
-// (no TF32 or other reduced-precision shortcuts, even for TF32 storage).
+// GemmMode::Deterministic (GEMM_DETERMINISTIC) has two tiers, chosen from the WEIGHT alone (never from M), so a
+// weight's products run in one tier for every row count and a row's bits never depend on the batch:
+//  - the tensor-core tier (gemm_tc.cu) for BF16/F16 weights with whole 16-byte rows: x rounded to W's type, one
+//    chain of mma instructions per output in ascending k — batch-invariant for every tile shape, fast for every M;
+//  - the scalar tier for F32/TF32 (and odd-width 16-bit) weights: the gemv for every row count, 8 rows at a time
+//    (its reduction order is a function of the weight's shape alone) — exact f32, and slow for long prefills (the
+//    weights are read once per 8 rows).
+// GemmMode::Pedantic runs cuBLAS with pedantic math (no TF32 or other reduced-precision shortcuts, even for TF32
+// storage).
 //
 // GemmMode::Reproducible takes the same kernels as Fast: the gemv reduces in a fixed order chosen from the shape
 // alone, and cuBLAS is run to run deterministic for a fixed handle, stream, workspace and shape (one
@@ -30,6 +34,7 @@
 //  - data grad dxᶜ(in×rows)  = Wᶜ(in×out) · dyᶜ:   transa = N, transb = N, m = in,  n = rows, k = out;
 //  - weight    dwᶜ(in×out)  += xᶜ · (dyᶜ)ᵀ:        transa = N, transb = T, m = in,  n = out,  k = rows.
 #include "../cuda_backend.h"
+#include "gemm_tc.h"
 
 #include <algorithm>
 #include <limits>
@@ -117,6 +122,12 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     const Matrix& w = g.w;
     const void* wp = forwardStorage(w, "gemm (Forward)");
     if (w.out == 0) return;
+    if (g.mode == GemmMode::Deterministic && tensorTierTakes(wp, w.dtype, w.in)) {
+        const bool packs = tensorTierPacks(g.a, g.lda, g.rows);
+        gemmTensorTier(e, g.a, g.lda, g.rows, wp, w.dtype, w.out, w.in, g.bias, g.c, g.ldc, g.beta,
+                       packs ? lowpWorkspace() : nullptr, packs ? lowp_ws_bytes_ : 0);
+        return;
+    }
     if (g.rows <= kGemvMaxRows || g.mode == GemmMode::Deterministic) {
         // Decode: HBM-bound matrix-vector products; f32 storage (F32 and TF32) runs in exact f32 here.
         for (int64_t r0 = 0; r0 < g.rows; r0 += kGemvMaxRows) {

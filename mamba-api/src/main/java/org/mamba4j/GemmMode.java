@@ -12,12 +12,21 @@ public enum GemmMode {
     /**
      * Our own fixed-order kernels. <b>Bit-reproducible and batch-invariant</b>: a row's output does not depend on
      * how many rows share the call, what the other rows hold, or (on the CPU) the thread count — the property that
-     * makes served results reproducible and RL rollouts replayable. Every dot product runs in one fixed order:
-     * on the CPU an 8-lane f32 FMA order (bit-equal to a plain scalar reference); on CUDA our batch-invariant
-     * GEMV, 8 rows at a time (no stage fusion, so the bits cannot depend on whether a batch was small enough to
-     * fuse). This is the scalar tier: exact, as fast as the fast mode for decode, and much slower for long
-     * prefills on the GPU (the weights are read once per 8 rows); a tensor-core tier is future work.
-     * The scan, conv and norms are per-row already, so whole decode steps are batch-invariant in this mode.
+     * makes served results reproducible and RL rollouts replayable. A decode step, a prefill and a forward compute
+     * the same product bits for the same row. Two tiers, chosen by the weight's storage (never by the row count):
+     * <ul>
+     *   <li><b>tensor-core tier</b> (CUDA, {@link DType#BF16} / {@link DType#F16} weights): the activations are
+     *       rounded to the weight type, and every output is one chain of tensor-core instructions over 16-wide
+     *       slices of the input in ascending order, accumulated in f32 — no split-K, no shape-dependent algorithm.
+     *       Its numbers are those of a bf16/f16 GEMM with f32 accumulation (not bit-equal to cuBLAS, whose
+     *       summation order is its own), at cuBLAS-class speed: see docs/benchmarks.md.</li>
+     *   <li><b>scalar tier</b> (the CPU, and CUDA {@link DType#F32} / {@link DType#TF32} weights): f32 FMA in a
+     *       fixed order, exact f32 (TF32 storage is not rounded to TF32 here). On the CPU an 8-lane order, bit-equal
+     *       to a plain scalar reference; on CUDA our batch-invariant GEMV, 8 rows per weight pass — as fast as the
+     *       other modes for decode, much slower for long prefills (the weights are read once per 8 rows).</li>
+     * </ul>
+     * No stage fusion runs in this mode (the fused rmsnorm + product of decode computes the norm differently), so
+     * whole decode steps are batch-invariant: the scan, conv and norms are per-row already.
      */
     DETERMINISTIC(0),
     /**

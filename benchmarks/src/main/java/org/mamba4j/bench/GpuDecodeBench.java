@@ -22,7 +22,8 @@ import org.mamba4j.MambaState;
  * Decode and prefill speed of Mamba-1 on a CUDA device, against the HBM floor. Prints markdown tables.
  *
  * <pre>
- *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--mode DETERMINISTIC|CUBLAS_FAST|CUBLAS_PEDANTIC] [--out FILE] [--json FILE]
+ *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--mode DETERMINISTIC|CUBLAS_FAST|CUBLAS_PEDANTIC] [--dtype F32|BF16]
+ *       [--out FILE] [--json FILE]
  * </pre>
  *
  * <p>{@code --json FILE} also writes every timing in JMH's JSON format (median µs per step with a 99.9% error, see
@@ -59,6 +60,8 @@ public final class GpuDecodeBench {
     private final List<String> memoryRows = new ArrayList<>();
     /** Every model's GemmMode (--mode; default the models' default, CUBLAS_FAST). */
     private static GemmMode mode = GemmMode.CUBLAS_FAST;
+    /** The storage types measured (--dtype narrows it to one). */
+    private static DType[] dtypes = {DType.F32, DType.BF16};
     private final List<BenchResult> results = new ArrayList<>();
 
     private GpuDecodeBench(boolean quick) {
@@ -74,6 +77,7 @@ public final class GpuDecodeBench {
                 case "--json" -> jsonFile = Path.of(args[++i]);
                 case "--quick" -> quick = true;
                 case "--mode" -> mode = GemmMode.valueOf(args[++i]);
+                case "--dtype" -> dtypes = new DType[] {DType.valueOf(args[++i])};
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -171,7 +175,7 @@ public final class GpuDecodeBench {
         print("| model | dtype | graphs | backbone MB | backbone us | tok/s | of floor | LM MB | LM us | LM tok/s | LM of floor |");
         print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for (Shape shape : SHAPES) {
-            for (DType dt : new DType[] {DType.F32, DType.BF16}) {
+            for (DType dt : dtypes) {
                 long t0 = System.nanoTime();
                 long freeBefore = Device.cuda(0).freeMemory();
                 try (MambaModel m = MambaModel.builder(config(shape)).vocabSize(VOCAB).device(Device.cuda(0)).dtype(dt)
@@ -199,7 +203,7 @@ public final class GpuDecodeBench {
                         }
                     }
                     m.setCudaGraphs(true);
-                    for (int batch : new int[] {16, 64}) {
+                    for (int batch : new int[] {16, 64, 256}) {
                         try (MambaState s = m.newState(batch)) {
                             FloatBuffer x = direct(batch * shape.dModel), y = direct(batch * shape.dModel);
                             Timing backbone = stepUs(m, s, x, y, 10, quick ? 20 : 60);

@@ -1,0 +1,459 @@
+// The deterministic tensor-core tier: y = beta·y + x·Wᵀ (+ bias) for bf16/f16 weights, batch-invariant by
+// construction (gemm_tc.h states the numeric contract).
+//
+// Why it is batch-invariant: each output element is accumulated by one chain of mma.m16n8k16 instructions in
+// ascending k, one 16-wide chunk per instruction, in one f32 register, from +0. Nothing else ever adds into it
+// before the epilogue: no split-K, no second accumulator, no reduction across warps. The tile shape only decides
+// which warp owns the chain and how far ahead the operands are staged, so tiles can be chosen from M (small tiles
+// stream the weights for decode, big ones reuse them for prefill) without changing a bit. The op cases
+// `invariant.gemm.forward` (B = 1 … 4096) and `tiles.gemm.tensor` (every tile on one product) check exactly this.
+//
+// The kernel is the classic Ampere pipeline (it runs on sm_80 and sm_90):
+//  - W tiles stream through S shared-memory stages with cp.async (16-byte chunks, zero-filled past the edges);
+//  - x is f32 in memory: each thread loads its chunk of the NEXT tile into registers before computing the current
+//    one, and rounds it to W's type into shared memory afterwards, so no separate packing kernel runs;
+//  - rows of a tile are XOR-swizzled in 16-byte chunks, so ldmatrix reads are free of bank conflicts;
+//  - the first weight stages are requested before pdlWait(): weights never depend on the previous kernel.
+#include "gemm_tc.h"
+
+#include "../kernels.h"
+#include "../lowp.cuh"
+#include "mamba/mamba.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace mamba::cuda {
+namespace {
+
+struct TcArgs {
+    const float* x;
+    int64_t ldx;
+    int64_t rows;
+    const void* w;
+    int out, in;
+    const float* bias;
+    float* y;
+    int64_t ldy;
+    float beta;
+};
+
+// ---- PTX wrappers ----
+
+__device__ __forceinline__ uint32_t smemAddr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/** Copies 16 bytes global → shared without registers; `bytes` = 0 writes 16 zero bytes instead. */
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/** Four 8×8 matrices of 16-bit values from shared memory, in mma fragment order. */
+__device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/** d += a·b for one 16×8 tile over 16 k, f32 accumulation: THE step of every output's chain. */
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/** Two f32 → one word of two T (round to nearest even), the first value at the lower address. */
+template <typename T>
+__device__ __forceinline__ uint32_t packPair(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t packPair<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t packPair<__half>(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- the kernels ----
+//
+// Two families share the per-element chain (gemm_tc.h):
+//  - decode (one row of a wide product, x 16-byte aligned): x stays f32 in shared memory — cp.async copies it like
+//    the weights, only the rows that exist (the kernel takes up to 16) — and is rounded to T while the mma fragments
+//    are built, which saves the packing launch;
+//  - packed (everything else): x was rounded to T by rowsToLowp into a workspace; both operands stream through
+//    cp.async and ldmatrix, 64- or 128-row tiles.
+// Both round x with the same round-to-nearest-even conversion, so they feed the tensor cores the same values.
+
+// Shared-memory tiles of 16-bit values are [rows][BK] with rows of BK·2 bytes; the 16-byte chunk c of row r sits at
+// chunk position c ^ (r & 7), so the 8 rows an ldmatrix phase reads hit 8 different bank groups. Every address is
+// computed once per thread as a byte offset (the kernels are otherwise bound by address arithmetic).
+
+/** One thread's share of loading a [ROWS][BK] 16-bit tile: chunk c of rows r0, r0 + kRowStep, … */
+template <int ROWS, int BK, int kThreads>
+struct TileLoad {
+    static constexpr int kChunks = BK / 8, kRowStep = kThreads / kChunks, kPerThread = ROWS / kRowStep;
+    static_assert(kThreads % kChunks == 0 && ROWS % kRowStep == 0, "whole rows per pass");
+    int r0, c;
+    __device__ TileLoad() : r0(static_cast<int>(threadIdx.x) / kChunks), c(static_cast<int>(threadIdx.x) % kChunks) {}
+    /** Byte offset in the tile of this thread's j-th chunk. */
+    __device__ __forceinline__ uint32_t offset(int j) const {
+        const int r = r0 + j * kRowStep;
+        return static_cast<uint32_t>(r * BK + ((c ^ (r & 7)) << 3)) * 2;
+    }
+    /**
+     * Requests k tile `kt` of rows [row0, row0 + ROWS) of the row-major matrix m [rows, K] (ld K) into the tile at
+     * shared byte address `tile`; chunks past `rows` or K are zero-filled.
+     */
+    template <typename T>
+    __device__ __forceinline__ void load(uint32_t tile, const T* m, int64_t row0, int64_t rows, int K, int kt) const {
+        const int k = kt * BK + c * 8;
+        const bool kin = k < K;
+        const T* src = m + (row0 + r0) * K + k;
+#pragma unroll
+        for (int j = 0; j < kPerThread; ++j) {
+            const bool ok = kin && row0 + r0 + j * kRowStep < rows;
+            cpAsync16(tile + offset(j), ok ? src + static_cast<int64_t>(j) * kRowStep * K : m, ok ? 16 : 0);
+        }
+    }
+};
+
+/**
+ * A warp's ldmatrix addressing for fragments of 16 rows starting at row0 of a [rows][BK] tile: the row part (with
+ * the lane's row) once, the swizzled chunk per 16-wide k chunk kk. `hi` selects the second 8 columns (A: lanes 16–31;
+ * B: lanes 8–15 and 24–31).
+ */
+template <int BK>
+struct FragmentAddress {
+    uint32_t row;  // byte offset of the lane's row
+    int sw;        // the lane's chunk bits: hi ^ (row & 7)
+    __device__ FragmentAddress(int row0, int lane_row, int hi)
+        : row(static_cast<uint32_t>((row0 + lane_row) * BK * 2)), sw(hi ^ ((row0 + lane_row) & 7)) {}
+    __device__ __forceinline__ uint32_t at(int kk) const { return row + (static_cast<uint32_t>((2 * kk) ^ sw) << 4); }
+};
+
+/** acc[i][2j…2j+1] += a[i] · (the two 8-column halves of group j): the chain step of every element. */
+template <typename T, int MT, int NT>
+__device__ __forceinline__ void multiply(float (&acc)[MT][2 * NT][4], const uint32_t (&af)[MT][4],
+                                         const uint32_t (&bf)[NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            mma16816<T>(acc[i][2 * j], af[i], bf[j][0], bf[j][1]);
+            mma16816<T>(acc[i][2 * j + 1], af[i], bf[j][2], bf[j][3]);
+        }
+}
+
+/** y = acc (+ bias) (+ beta·y); fragment element e of tile (i, j): row lane/4 (+8 for e ≥ 2), column 2·(lane%4) + e%2. */
+template <int MT, int NT>
+__device__ __forceinline__ void storeOutputs(const TcArgs& a, const float (&acc)[MT][2 * NT][4], int64_t row0,
+                                             int col0, int lane) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < 2 * NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t m = row0 + i * 16 + (lane >> 2) + (e >> 1) * 8;
+                const int n = col0 + j * 8 + (lane & 3) * 2 + (e & 1);
+                if (m < a.rows && n < a.out) {
+                    float* yp = a.y + m * a.ldy + n;
+                    float v = acc[i][j][e];
+                    if (a.bias) v += a.bias[n];
+                    if (a.beta != 0.f) v += a.beta * *yp;
+                    *yp = v;
+                }
+            }
+}
+
+// -- the decode family: 16 rows, WN warps side by side over the columns, f32 x in shared memory --
+
+constexpr int kDecodeBK = 128, kDecodeStages = 8;
+constexpr int kXPad = 8;  // floats of padding per staged x row: conflict-free 8-byte fragment reads
+
+template <int WN>
+struct DecodeTile {
+    static constexpr int kThreads = 32 * WN, BN = 16 * WN, BK = kDecodeBK, S = kDecodeStages;
+    static constexpr int kXLd = BK + kXPad;
+    /** Bytes of one stage when `xrows` rows of x exist: the weight tile first, then the x rows. */
+    static __host__ __device__ constexpr int stageBytes(int xrows) { return BN * BK * 2 + xrows * kXLd * 4; }
+};
+
+template <typename T, int WN>
+__global__ void __launch_bounds__(32 * WN) decodeTierKernel(TcArgs a) {
+    using L = DecodeTile<WN>;
+    constexpr int BK = L::BK, S = L::S, KK = BK / 16;
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int xrows = static_cast<int>(a.rows);  // ≤ 16
+    const uint32_t stage = L::stageBytes(xrows), base = smemAddr(tc_smem);
+    const int n0 = blockIdx.y * L::BN;
+    const T* W = static_cast<const T*>(a.w);
+    const int K = a.in, KT = (K + BK - 1) / BK;
+    const TileLoad<L::BN, BK, L::kThreads> wload;
+    auto loadX = [&](uint32_t at, int kt) {  // xrows × BK floats, 16-byte chunks, into rows of kXLd floats
+        constexpr int kChunks = BK / 4;
+        for (int i = threadIdx.x; i < xrows * kChunks; i += L::kThreads) {
+            const int r = i / kChunks, c = i % kChunks, k = kt * BK + c * 4;
+            const bool ok = k < K;
+            cpAsync16(at + L::BN * BK * 2 + (r * L::kXLd + c * 4) * 4, ok ? a.x + r * a.ldx + k : a.x, ok ? 16 : 0);
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s)  // weights first: they do not depend on the previous kernel
+        if (s < KT) wload.load(base + s * stage, W, n0, a.out, K, s);
+    pdlWait();
+    pdlLaunchDependents();
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {  // one commit group per stage: the weights of all stages land in group 0
+        if (s < KT) loadX(base + s * stage, s);
+        cpAsyncCommit();
+    }
+
+    const int g = lane >> 2, t = lane & 3;
+    // The A fragment from f32: a0 (row g, k 2t…2t+1), a1 (row g+8), a2 (row g, k +8), a3 (row g+8, k +8); rows that
+    // do not exist are zeros.
+    const bool lo = g < xrows, hi = g + 8 < xrows;
+    const int xlo = g * L::kXLd + 2 * t, xhi = xlo + 8 * L::kXLd;
+    const FragmentAddress<BK> bAddr(warp * 16, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    float acc[1][2][4] = {};
+    int st = 0;
+    for (int kt = 0; kt < KT; ++kt) {
+        cpAsyncWait<S - 2>();
+        __syncthreads();
+        const int next = kt + S - 1;
+        const int nst = st == 0 ? S - 1 : st - 1;  // == next % S
+        if (next < KT) {
+            wload.load(base + nst * stage, W, n0, a.out, K, next);
+            loadX(base + nst * stage, next);
+        }
+        cpAsyncCommit();
+        const uint32_t sB = base + st * stage;
+        const float* sx = reinterpret_cast<const float*>(tc_smem + st * stage + L::BN * BK * 2);
+        // Few warps per SM here, so every fragment of the tile is read first and the chain of multiplies follows
+        // (the asm statements keep their source order).
+        const int chunks = min(KK, (K - kt * BK + 15) / 16);
+        uint32_t af[KK][1][4], bf[KK][1][4];
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            if (kk < chunks) {
+                const int k = kk * 16;
+                const float2 v0 = lo ? *reinterpret_cast<const float2*>(sx + xlo + k) : make_float2(0.f, 0.f);
+                const float2 v1 = hi ? *reinterpret_cast<const float2*>(sx + xhi + k) : make_float2(0.f, 0.f);
+                const float2 v2 = lo ? *reinterpret_cast<const float2*>(sx + xlo + k + 8) : make_float2(0.f, 0.f);
+                const float2 v3 = hi ? *reinterpret_cast<const float2*>(sx + xhi + k + 8) : make_float2(0.f, 0.f);
+                af[kk][0][0] = packPair<T>(v0.x, v0.y);
+                af[kk][0][1] = packPair<T>(v1.x, v1.y);
+                af[kk][0][2] = packPair<T>(v2.x, v2.y);
+                af[kk][0][3] = packPair<T>(v3.x, v3.y);
+                ldmatrix4(bf[kk][0], sB + bAddr.at(kk));
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk)
+            if (kk < chunks) multiply<T, 1, 1>(acc, af[kk], bf[kk]);
+        st = st == S - 1 ? 0 : st + 1;
+    }
+    cpAsyncWait<0>();
+    storeOutputs<1, 1>(a, acc, 0, n0 + warp * 16, lane);
+}
+
+// -- the packed family: x already in T (ld = in), WM×WN warps of MT×NT fragments --
+
+template <int WM, int WN, int MT, int NT, int S>
+struct PackedTile {
+    static constexpr int kThreads = 32 * WM * WN, BM = WM * MT * 16, BN = WN * NT * 16, BK = 64;
+    static constexpr int kStageBytes = (BM + BN) * BK * 2;  // x tile, then weight tile
+    static constexpr size_t kSmem = static_cast<size_t>(S) * kStageBytes;
+};
+
+template <typename T, int WM, int WN, int MT, int NT, int S, int kMinBlocks>
+__global__ void __launch_bounds__(32 * WM * WN, kMinBlocks) packedTierKernel(TcArgs a, const T* __restrict__ xp) {
+    using L = PackedTile<WM, WN, MT, NT, S>;
+    constexpr int BK = L::BK, KK = BK / 16;
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    const uint32_t base = smemAddr(tc_smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    // M tiles vary fastest: resident blocks share a few weight tiles, and the packed x stays in L2.
+    const int64_t m0 = static_cast<int64_t>(blockIdx.x) * L::BM;
+    const int n0 = blockIdx.y * L::BN;
+    const T* W = static_cast<const T*>(a.w);
+    const int K = a.in, KT = (K + BK - 1) / BK;
+    const TileLoad<L::BM, BK, L::kThreads> xload;
+    const TileLoad<L::BN, BK, L::kThreads> wload;
+    constexpr uint32_t kB = L::BM * BK * 2;  // the weight tile's offset in a stage
+
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s)
+        if (s < KT) wload.load(base + s * L::kStageBytes + kB, W, n0, a.out, K, s);
+    pdlWait();
+    pdlLaunchDependents();
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {
+        if (s < KT) xload.load(base + s * L::kStageBytes, xp, m0, a.rows, K, s);
+        cpAsyncCommit();
+    }
+
+    const FragmentAddress<BK> aAddr(wm * MT * 16, lane & 15, lane >> 4);
+    const FragmentAddress<BK> bAddr(wn * NT * 16, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    float acc[MT][2 * NT][4] = {};
+    int st = 0;
+    for (int kt = 0; kt < KT; ++kt) {
+        cpAsyncWait<S - 2>();
+        __syncthreads();
+        const int next = kt + S - 1;
+        const int nst = st == 0 ? S - 1 : st - 1;  // == next % S
+        if (next < KT) {
+            wload.load(base + nst * L::kStageBytes + kB, W, n0, a.out, K, next);
+            xload.load(base + nst * L::kStageBytes, xp, m0, a.rows, K, next);
+        }
+        cpAsyncCommit();
+        const uint32_t sA = base + st * L::kStageBytes, sB = sA + kB;
+        // Fragments double-buffered in source order (the asm statements keep their order): chunk kk + 1 is read
+        // while chunk kk is multiplied. Chunks entirely past `in` are skipped.
+        const int chunks = min(KK, (K - kt * BK + 15) / 16);
+        uint32_t af[2][MT][4], bf[2][NT][4];
+        auto fragments = [&](int buf, int kk) {
+#pragma unroll
+            for (int i = 0; i < MT; ++i) ldmatrix4(af[buf][i], sA + i * 16 * BK * 2 + aAddr.at(kk));
+#pragma unroll
+            for (int j = 0; j < NT; ++j) ldmatrix4(bf[buf][j], sB + j * 16 * BK * 2 + bAddr.at(kk));
+        };
+        fragments(0, 0);
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            if (kk < chunks) {
+                if (kk + 1 < chunks) fragments((kk + 1) & 1, kk + 1);
+                multiply<T, MT, NT>(acc, af[kk & 1], bf[kk & 1]);
+            }
+        }
+        st = st == S - 1 ? 0 : st + 1;
+    }
+    cpAsyncWait<0>();
+    storeOutputs<MT, NT>(a, acc, m0 + wm * MT * 16, n0 + wn * NT * 16, lane);
+}
+
+// ---- launching ----
+
+/** Opts a kernel in to `bytes` of dynamic shared memory (an attribute of the device context: set on every launch,
+ * cheap and legal while capturing, always to the same value for a kernel). */
+template <typename Kernel>
+void optIn(const Exec& ex, Kernel kernel, size_t bytes, size_t most) {
+    if (bytes > static_cast<size_t>(ex.smem_optin))
+        throw std::runtime_error("gemm (tensor-core tier): a tile needs " + std::to_string(bytes) +
+                                 " bytes of shared memory; the device offers " + std::to_string(ex.smem_optin));
+    if (bytes > 48 * 1024)
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)),
+              "cudaFuncSetAttribute (tensor-core tier shared memory)");
+}
+
+template <typename T, int WN>
+void launchDecode(const Exec& ex, const TcArgs& a) {
+    using L = DecodeTile<WN>;
+    const auto kernel = decodeTierKernel<T, WN>;
+    const size_t smem = static_cast<size_t>(L::S) * L::stageBytes(static_cast<int>(a.rows));
+    optIn(ex, kernel, smem, static_cast<size_t>(L::S) * L::stageBytes(16));
+    launch("gemm (tensor-core tier, decode)", ex, kernel, dim3(1, blocksFor(a.out, L::BN)), dim3(L::kThreads), smem,
+           a);
+}
+
+template <typename T, int WM, int WN, int MT, int NT, int S, int kMinBlocks>
+void launchPacked(const Exec& ex, const TcArgs& a, const T* xp) {
+    using L = PackedTile<WM, WN, MT, NT, S>;
+    const auto kernel = packedTierKernel<T, WM, WN, MT, NT, S, kMinBlocks>;
+    optIn(ex, kernel, L::kSmem, L::kSmem);
+    launch("gemm (tensor-core tier)", ex, kernel, dim3(blocksFor(a.rows, L::BM), blocksFor(a.out, L::BN)),
+           dim3(L::kThreads), L::kSmem, a, xp);
+}
+
+template <typename T>
+void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
+    const T* p = static_cast<const T*>(xp);
+    switch (tile) {
+        case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
+        case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
+        case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
+        default: throw std::logic_error("gemm (tensor-core tier): unknown tile");
+    }
+}
+
+/**
+ * The tile for a shape (speed only: every tile computes the same bits), from the H200 tile table in
+ * docs/benchmarks.md: one row of a wide product streams the weights with x kept in f32 on chip; 128×128 tiles
+ * once they fill the GPU; 64×32 tiles (many blocks, deep pipeline) for everything between.
+ */
+TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
+    if (rows == 1 && xvec && out >= 4096) return TcTile::kDecode32;
+    const int64_t blocks128 = ((rows + 127) / 128) * ((out + 127) / 128);
+    return rows > 64 && blocks128 >= ex.sms ? TcTile::k128x128 : TcTile::k64x32;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
+
+bool tensorTierTakes(const void* w, int wdtype, int in) {
+    return (wdtype == DTYPE_BF16 || wdtype == DTYPE_F16) && in > 0 && in % 8 == 0 && w != nullptr && aligned16(w);
+}
+
+bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows) {
+    return rows > 16 || !(aligned16(x) && ldx % 4 == 0);
+}
+
+void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, const void* w, int wdtype, int out,
+                    int in, const float* bias, float* y, int64_t ldy, float beta, void* workspace,
+                    size_t workspace_bytes, TcTile tile) {
+    if (rows <= 0 || out <= 0) return;
+    if (!tensorTierTakes(w, wdtype, in)) throw std::logic_error("gemm (tensor-core tier): a weight it does not take");
+    const bool xvec = !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1));
+    if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, xvec);
+    const bool bf16 = wdtype == DTYPE_BF16;
+    const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
+    if (tile == TcTile::kDecode32) {
+        if (rows > 16 || !xvec) throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
+        if (bf16) launchTile<__nv_bfloat16>(ex, a, nullptr, tile);
+        else launchTile<__half>(ex, a, nullptr, tile);
+        return;
+    }
+    // Packed tiles: x rounded to the weight type in the workspace, as many rows at a time as it holds.
+    const int64_t chunk = static_cast<int64_t>(workspace_bytes / 2) / in;
+    if (!workspace || chunk < 1) throw std::logic_error("gemm (tensor-core tier): no workspace for packed rows");
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        TcArgs b = a;
+        b.x = x + r0 * ldx;
+        b.y = y + r0 * ldy;
+        b.rows = std::min(chunk, rows - r0);
+        rowsToLowp(ex, b.x, ldx, b.rows, in, workspace, wdtype);
+        if (bf16) launchTile<__nv_bfloat16>(ex, b, workspace, tile);
+        else launchTile<__half>(ex, b, workspace, tile);
+    }
+}
+
+}  // namespace mamba::cuda

@@ -1,0 +1,38 @@
+// The deterministic tensor-core tier (gemm_tc.cu): GEMM_DETERMINISTIC's Forward product for bf16/f16 weights.
+// gemm.cu is the only caller besides the tests.
+#pragma once
+
+#include "../cuda_check.h"
+
+#include <cstdint>
+
+namespace mamba::cuda {
+
+/**
+ * Whether the tensor-core tier takes this weight: 16-bit storage, whole 16-byte chunks per row (in % 8 == 0) and a
+ * 16-byte aligned base. A function of the weight alone — never of the row count — so a weight's products run in
+ * one tier for every M.
+ */
+bool tensorTierTakes(const void* w, int wdtype, int in);
+
+/** Whether a product of `rows` rows of x needs the workspace (x rounded to W's type first): all but ≤ 16 aligned rows. */
+bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
+
+/** Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks. */
+enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kCount };
+
+/**
+ * y[r, 0:out] = beta·y[r] + x[r]·Wᵀ (+ bias), W [out, in] bf16/f16 row-major (tensorTierTakes), x f32 rounded
+ * to W's type (nearest even) on its way to the tensor cores, f32 accumulation.
+ *
+ * The numeric contract: every output element is ONE chain of mma.m16n8k16 instructions over k = 0, 16, 32, …
+ * (the last chunk zero-padded past `in`), starting from +0, then + bias, then + beta·y. Tile shapes, the row
+ * count, the grid and the other rows never change that chain, so a row's result is batch-invariant and the same
+ * in decode, prefill and forward. `workspace` (device memory, ≥ 2·in bytes) holds x rounded to W's type for the
+ * packed tiles; the decode tiles (≤ 16 rows with 16-byte aligned rows) round x on chip instead.
+ */
+void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, const void* w, int wdtype, int out,
+                    int in, const float* bias, float* y, int64_t ldy, float beta, void* workspace,
+                    size_t workspace_bytes, TcTile tile = TcTile::kAuto);
+
+}  // namespace mamba::cuda

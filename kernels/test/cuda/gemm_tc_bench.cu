@@ -1,0 +1,247 @@
+// The tensor-core tier on its own (gemm/gemm_tc.cu), llm.c style: every tile checked against the others bit for
+// bit and against a double reference on sampled rows, then every tile timed next to cuBLAS (bf16 GemmEx, f32
+// accumulation, default math) on the real Mamba shapes. Built and run by scripts/device-gemm-tc.sh:
+//
+//   gemm_tc_bench [--check-only] [--reps N]
+//
+// Prints a markdown table; exit status 1 when a check fails.
+#include "cuda/cublas_loader.h"
+#include "cuda/gemm/gemm_tc.h"
+#include "cuda/kernels.h"
+#include "mamba/mamba.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace mamba;
+using namespace mamba::cuda;
+
+namespace {
+
+int failures = 0;
+
+void ck(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+        std::exit(2);
+    }
+}
+
+const char* tileName(TcTile t) {
+    static const char* names[] = {"decode32", "64x32", "128x128"};
+    return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
+}
+
+float bf16Round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+struct Problem {
+    int64_t rows;
+    int out, in;
+    std::vector<float> x, y0;
+    std::vector<__nv_bfloat16> w;
+    float *dx = nullptr, *dy = nullptr;
+    __nv_bfloat16* dw = nullptr;
+
+    Problem(int64_t rows_, int out_, int in_, uint64_t seed) : rows(rows_), out(out_), in(in_) {
+        std::mt19937_64 g(seed);
+        std::uniform_real_distribution<float> u(-1.f, 1.f);
+        x.resize(rows * in);
+        for (auto& v : x) v = u(g);
+        w.resize(static_cast<size_t>(out) * in);
+        const float s = 1.f / std::sqrt(static_cast<float>(in));
+        for (auto& v : w) v = __float2bfloat16_rn(u(g) * s);
+        ck(cudaMalloc(&dx, x.size() * 4), "malloc x");
+        ck(cudaMalloc(&dy, static_cast<size_t>(rows) * out * 4), "malloc y");
+        ck(cudaMalloc(&dw, w.size() * 2), "malloc w");
+        ck(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "copy x");
+        ck(cudaMemcpy(dw, w.data(), w.size() * 2, cudaMemcpyHostToDevice), "copy w");
+    }
+    ~Problem() {
+        cudaFree(dx);
+        cudaFree(dy);
+        cudaFree(dw);
+    }
+    std::vector<float> result() const {
+        std::vector<float> y(static_cast<size_t>(rows) * out);
+        ck(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), "copy y");
+        return y;
+    }
+    /** max |y − ref| / max |ref| over rows 0, rows/2, rows−1 (reference: x rounded to bf16, double sums). */
+    double error(const std::vector<float>& y) const {
+        double worst = 0, scale = 0;
+        for (int64_t r : {int64_t{0}, rows / 2, rows - 1})
+            for (int o = 0; o < out; ++o) {
+                double s = 0;
+                for (int k = 0; k < in; ++k)
+                    s += static_cast<double>(bf16Round(x[r * in + k])) * __bfloat162float(w[static_cast<size_t>(o) * in + k]);
+                worst = std::max(worst, std::fabs(s - y[r * out + o]));
+                scale = std::max(scale, std::fabs(s));
+            }
+        return worst / std::max(scale, 1e-30);
+    }
+};
+
+cudaStream_t g_stream = nullptr;  // where run() launches (timeUs swaps in its capture stream)
+
+Exec exec() {
+    Exec e;
+    ck(cudaDeviceGetAttribute(&e.sms, cudaDevAttrMultiProcessorCount, 0), "sms");
+    ck(cudaDeviceGetAttribute(&e.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "smem");
+    return e;
+}
+
+void* workspace() {
+    static void* ws = nullptr;
+    if (!ws) ck(cudaMalloc(&ws, 32u << 20), "workspace");
+    return ws;
+}
+
+void run(const Exec& e0, Problem& p, TcTile t) {
+    Exec e = e0;
+    e.stream = g_stream;
+    gemmTensorTier(e, p.dx, p.in, p.rows, p.dw, DTYPE_BF16, p.out, p.in, nullptr, p.dy, p.out, 0.f, workspace(),
+                   32u << 20, t);
+}
+
+bool tileFits(TcTile t, int64_t rows) {
+    const bool decode = t == TcTile::kDecode32;
+    return !decode || rows <= 16;
+}
+
+/** Every tile on one product: the same bits, and close to the reference. */
+void checkTiles(const Exec& e, int64_t rows, int out, int in) {
+    Problem p(rows, out, in, 1234 + rows + out);
+    std::vector<float> first;
+    for (int ti = 0; ti < static_cast<int>(TcTile::kCount); ++ti) {
+        const TcTile t = static_cast<TcTile>(ti);
+        if (!tileFits(t, rows)) continue;
+        ck(cudaMemset(p.dy, 0xff, static_cast<size_t>(rows) * out * 4), "poison");
+        run(e, p, t);
+        ck(cudaDeviceSynchronize(), tileName(t));
+        const std::vector<float> y = p.result();
+        const double err = p.error(y);
+        const bool same = first.empty() || std::memcmp(first.data(), y.data(), y.size() * 4) == 0;
+        if (first.empty()) first = y;
+        const bool ok = err < 2e-3 && same;
+        if (!ok) ++failures;
+        std::printf("| check | rows=%lld out=%d in=%d | %s | err %.2e | %s | %s |\n", static_cast<long long>(rows), out, in,
+                    tileName(t), err, same ? "bits = first tile" : "BITS DIFFER", ok ? "PASS" : "FAIL");
+    }
+}
+
+/** Microseconds per call: `reps` calls captured in a CUDA graph, replayed 5 times, median replay / reps. */
+template <typename F>
+double timeUs(F f, int reps) {
+    cudaStream_t st;
+    ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    cudaStream_t saved = g_stream;
+    g_stream = st;
+    f();  // warm-up outside the capture (opt-ins, lazy loading)
+    ck(cudaStreamSynchronize(st), "warm-up");
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    ck(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
+    for (int i = 0; i < reps; ++i) f();
+    ck(cudaStreamEndCapture(st, &graph), "end capture");
+    ck(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    std::vector<float> t;
+    for (int i = 0; i < 6; ++i) {
+        cudaEventRecord(a, st);
+        cudaGraphLaunch(exec, st);
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        float ms;
+        cudaEventElapsedTime(&ms, a, b);
+        if (i > 0) t.push_back(ms * 1000.f / reps);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
+    g_stream = saved;
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, int out, int in, int reps) {
+    Problem p(rows, out, in, 99);
+    __nv_bfloat16* xb;
+    ck(cudaMalloc(&xb, static_cast<size_t>(rows) * in * 2), "xb");
+    const float one = 1.f, zero = 0.f;
+    // cuBLAS as the model's fast path runs it: pack x to bf16, then GemmEx (the pack is part of its time)
+    auto vendor = [&] {
+        Exec es = e;
+        es.stream = g_stream;
+        mamba::cuda::cublas().setStream(h, g_stream);
+        rowsToLowp(es, p.dx, in, rows, in, xb, DTYPE_BF16);
+        mamba::cuda::cublas().gemmEx(h, kCublasOpT, kCublasOpN, out, static_cast<int>(rows), in, &one, p.dw, CUDA_R_16BF, in, xb,
+                        CUDA_R_16BF, in, &zero, p.dy, CUDA_R_32F, out, kCublasCompute32F, kCublasGemmDefault);
+    };
+    const double cu = timeUs(vendor, reps);
+    const double flops = 2.0 * rows * out * in, bytes = 2.0 * out * in + 4.0 * rows * (in + out);
+    std::string best;
+    double bestUs = 1e30;
+    std::string row;
+    for (int ti = -1; ti < static_cast<int>(TcTile::kCount); ++ti) {
+        const TcTile t = static_cast<TcTile>(ti);
+        if (!tileFits(t, rows)) continue;
+        const double us = timeUs([&] { run(e, p, t); }, reps);
+        char cell[64];
+        std::snprintf(cell, sizeof cell, " %s %.1f |", tileName(t), us);
+        row += cell;
+        if (ti >= 0 && us < bestUs) bestUs = us, best = tileName(t);
+        if (ti == -1) {
+            std::printf("| %s | %lld | %.1f | %.1f | %.2fx | %.0f | %.0f |", name, static_cast<long long>(rows), cu, us,
+                        cu / us, flops / us / 1e6, bytes / us / 1e3);
+        }
+    }
+    std::printf(" best %s %.1f |%s\n", best.c_str(), bestUs, row.c_str());
+    cudaFree(xb);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool checkOnly = false;
+    int reps = 20;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--check-only")) checkOnly = true;
+        else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    }
+    const Exec e = exec();
+    for (int i = 1; i + 4 < argc; ++i)
+        if (!std::strcmp(argv[i], "--one")) {  // --one ROWS OUT IN TILE: one product, for a profiler
+            Problem p(std::atoll(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), 5);
+            for (int r = 0; r < 3; ++r) run(e, p, static_cast<TcTile>(std::atoi(argv[i + 4])));
+            ck(cudaDeviceSynchronize(), "one");
+            return 0;
+        }
+    std::printf("# tensor-core tier: %d SMs\n\n| what | shape | tile | error | bits | result |\n|---|---|---|---|---|---|\n", e.sms);
+    checkTiles(e, 1, 3000, 768);
+    checkTiles(e, 5, 1000, 520);
+    checkTiles(e, 16, 777, 1024);
+    checkTiles(e, 40, 600, 264);
+    checkTiles(e, 300, 1100, 776);
+    std::printf("\n%s: %d failed\n\n", failures ? "FAILED" : "ALL PASSED", failures);
+    if (checkOnly) return failures ? 1 : 0;
+    cublasHandle h;
+    mamba::cuda::cublas().create(&h);
+    std::printf("| shape | M | cuBLAS us | auto us | cuBLAS/auto | auto GFLOP/s | auto GB/s | tiles (us) |\n|---|---:|---:|---:|---:|---:|---:|---|\n");
+    struct S {
+        const char* name;
+        int out, in;
+    };
+    for (const S& s : {S{"130m in_proj", 3072, 768}, S{"130m out_proj", 768, 1536}, S{"1.4b in_proj", 8192, 2048},
+                       S{"2.8b in_proj", 10240, 2560}, S{"2.8b out_proj", 2560, 5120}})
+        for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
+    return failures ? 1 : 0;
+}
