@@ -19,7 +19,9 @@ public enum GemmMode {
      *       rounded to the weight type, and every output is one chain of tensor-core instructions over 16-wide
      *       slices of the input in ascending order, accumulated in f32 — no split-K, no shape-dependent algorithm.
      *       Its numbers are those of a bf16/f16 GEMM with f32 accumulation (not bit-equal to cuBLAS, whose
-     *       summation order is its own), at cuBLAS-class speed: see docs/benchmarks.md.</li>
+     *       summation order is its own). Speed on an H200: about 0.3–0.6× cuBLAS (no split-K is allowed, and it
+     *       uses mma.sync, not Hopper's wgmma) — tens of times faster than the scalar tier for prefill, slower than
+     *       the fast mode for single-row decode of narrow, deep products; see docs/benchmarks.md.</li>
      *   <li><b>scalar tier</b> (the CPU, and CUDA {@link DType#F32} / {@link DType#TF32} weights): f32 FMA in a
      *       fixed order, exact f32 (TF32 storage is not rounded to TF32 here). On the CPU an 8-lane order, bit-equal
      *       to a plain scalar reference; on CUDA our batch-invariant GEMV, 8 rows per weight pass — as fast as the
@@ -33,7 +35,7 @@ public enum GemmMode {
      * The fastest kernels: OpenBLAS (threaded for large products) on the CPU; on CUDA our GEMV for up to 8 rows and
      * cuBLAS above (TF32 tensor cores for {@link DType#TF32} storage). Run-to-run reproducible for a fixed shape,
      * thread count and GPU, but a row's last bits may change with the batch size. The default: the deterministic
-     * GPU tier is far slower on prefill shapes.
+     * tiers are 1.5–3× slower on the GPU's prefill products and up to 4× on some decode products.
      */
     CUBLAS_FAST(1),
     /**
