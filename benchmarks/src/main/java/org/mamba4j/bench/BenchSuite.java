@@ -1,8 +1,11 @@
 package org.mamba4j.bench;
 
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.regex.Pattern;
+import org.openjdk.jmh.annotations.Mode;
 import org.openjdk.jmh.results.format.ResultFormatType;
 import org.openjdk.jmh.runner.Runner;
 import org.openjdk.jmh.runner.RunnerException;
@@ -33,14 +36,7 @@ public final class BenchSuite {
     }
 
     public static void run(String suite, Path json) throws RunnerException {
-        List<String> jvmArgs = new ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED"));
-        for (String key : System.getProperties().stringPropertyNames())
-            if (key.startsWith("org.bytedeco.")) jvmArgs.add("-D" + key + "=" + System.getProperty(key));
-        ChainedOptionsBuilder o = new OptionsBuilder()
-                .jvmArgsAppend(jvmArgs.toArray(String[]::new))
-                .resultFormat(ResultFormatType.JSON)
-                .result(json.toAbsolutePath().toString())
-                .shouldFailOnError(true);
+        ChainedOptionsBuilder o = options(json);
         switch (suite) {
             case "quick" -> o.include("JniBench\\.emptyNativeCall$").include("InferenceBench\\.(step|prefill1024)$")
                     .include("TrainStepBench\\.step$").param("shape", "default").param("gemmMode", "CUBLAS_FAST").param("model", "128x3")
@@ -51,5 +47,39 @@ public final class BenchSuite {
         }
         json.toAbsolutePath().getParent().toFile().mkdirs();
         new Runner(o.build()).run();
+    }
+
+    /**
+     * Measures the given results' benchmarks again, longer than the quick suite (2 forks, 3 × 0.5 s warm-up and
+     * 10 × 0.5 s measurement each, with the same parameters), and writes one JMH JSON with all of them: the second
+     * look that a regression flagged by one short run must survive before it fails a build.
+     */
+    public static void confirm(List<BenchResult> suspects, Path json) throws Exception {
+        List<BenchResult> all = new ArrayList<>();
+        Path dir = json.toAbsolutePath().getParent();
+        dir.toFile().mkdirs();
+        for (BenchResult r : suspects) {
+            Path one = Files.createTempFile(dir, "confirm-", ".json");
+            ChainedOptionsBuilder o = options(one).include("^" + Pattern.quote(r.benchmark()) + "$")
+                    .mode(Mode.deepValueOf(r.mode()))
+                    .forks(2).warmupIterations(3).warmupTime(TimeValue.milliseconds(500))
+                    .measurementIterations(10).measurementTime(TimeValue.milliseconds(500));
+            r.params().forEach(o::param);
+            new Runner(o.build()).run();
+            all.addAll(JmhJson.read(one));
+            Files.delete(one);
+        }
+        JmhJson.write(json, all);
+    }
+
+    private static ChainedOptionsBuilder options(Path json) {
+        List<String> jvmArgs = new ArrayList<>(List.of("--enable-native-access=ALL-UNNAMED"));
+        for (String key : System.getProperties().stringPropertyNames())
+            if (key.startsWith("org.bytedeco.")) jvmArgs.add("-D" + key + "=" + System.getProperty(key));
+        return new OptionsBuilder()
+                .jvmArgsAppend(jvmArgs.toArray(String[]::new))
+                .resultFormat(ResultFormatType.JSON)
+                .result(json.toAbsolutePath().toString())
+                .shouldFailOnError(true);
     }
 }

@@ -58,6 +58,14 @@ class BenchCompareTest {
     }
 
     @Test
+    void onlyTheRegressedBenchmarksAreMeasuredAgain() {
+        List<BenchResult> base = List.of(avgt(100, 1), thrpt(1000, 1));
+        assertEquals(List.of(avgt(100, 1)), BenchCompare.regressions(base, List.of(avgt(200, 1), thrpt(990, 1)), 0.25));
+        assertEquals(List.of(thrpt(1000, 1)), BenchCompare.regressions(base, List.of(avgt(90, 1), thrpt(500, 1)), 0.25));
+        assertEquals(List.of(), BenchCompare.regressions(base, List.of(avgt(101, 1)), 0.25), "a missing result is not re-run");
+    }
+
+    @Test
     void aBaselineIsTheBestOfItsRuns() {
         List<BenchResult> best = BenchBaseline.best(List.of(List.of(avgt(120, 9), thrpt(900, 1)), List.of(avgt(100, 2), thrpt(800, 1))));
         assertEquals(List.of(avgt(100, 2), thrpt(900, 1)), best);
