@@ -56,6 +56,12 @@ public final class CompletionServer implements AutoCloseable {
     /** Request bodies above this are refused with 413 (prompts of a few hundred thousand characters fit). */
     public static final int DEFAULT_MAX_BODY_BYTES = 1 << 20;
 
+    static {
+        // Streams write one small event per token: without TCP_NODELAY, Nagle's algorithm holds each one back until
+        // the client's delayed ACK (~40 ms) arrives. The JDK server reads this property once, when first used.
+        if (System.getProperty("sun.net.httpserver.nodelay") == null) System.setProperty("sun.net.httpserver.nodelay", "true");
+    }
+
     private final Generator generator;
     private final String modelName;
     private final int maxBodyBytes;

@@ -59,6 +59,8 @@ public final class LoadTest implements Callable<Integer> {
     int layers = 4;
     @Option(names = "--device", description = "Demo server only: cpu, cuda, cuda:N or best (default ${DEFAULT-VALUE}).")
     String device = "cpu";
+    @Option(names = "--deterministic", description = "Demo server only: DETERMINISTIC products (our fixed-order kernels, no threaded BLAS).")
+    boolean deterministic;
 
     /** One request's timings (nanoseconds) and token count. */
     record Sample(long firstToken, List<Long> gaps, long total, int tokens, String error) {}
@@ -81,12 +83,14 @@ public final class LoadTest implements Callable<Integer> {
             print(run(URI.create(url), clients, requests, maxTokens, promptChars, temperature));
             return 0;
         }
-        try (MambaLM lm = CompletionServer.loadModel(null, true, dModel, layers, device, "f32", false);
+        try (MambaLM lm = CompletionServer.loadModel(null, true, dModel, layers, device, "f32", deterministic);
              Generator gen = Generator.builder(lm).slots(slots).maxQueued(Math.max(1024, clients)).build();
              CompletionServer server = new CompletionServer(gen, "mamba4j-demo", new InetSocketAddress("127.0.0.1", 0),
                      CompletionServer.DEFAULT_MAX_BODY_BYTES)) {
-            System.out.printf("demo server: Mamba-1 d_model %d, %d layers, vocabulary %d, %d slots, %s, port %d%n",
-                    dModel, layers, DemoLanguageModel.VOCAB, slots, lm.model().device(), server.port());
+            System.out.printf("demo server: Mamba-1 d_model %d, %d layers, vocabulary %d, %d slots, %s, %s, port %d%n",
+                    dModel, layers, DemoLanguageModel.VOCAB, slots, lm.model().device(), lm.model().gemmMode(), server.port());
+            System.out.printf("load: %d clients x %d streamed requests, prompts of %d characters, max_tokens %d%n",
+                    clients, requests, promptChars, maxTokens);
             print(run(URI.create("http://127.0.0.1:" + server.port()), clients, requests, maxTokens, promptChars, temperature));
         }
         return 0;
