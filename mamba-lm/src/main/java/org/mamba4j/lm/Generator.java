@@ -85,6 +85,8 @@ public final class Generator implements AutoCloseable {
     private final int[] stepIds;
     private final float[] stepLogits;
 
+    private volatile int activeCount;    // requests holding a slot (prefilling or decoding), for observers
+
     private final Thread engine;
     /** Test hook: record the logits of every sampled token on each handle (see GenerationHandle.logitsLog). */
     volatile boolean logLogits;
@@ -212,6 +214,19 @@ public final class Generator implements AutoCloseable {
     /** Number of state slots (the largest decode batch). */
     public int slots() { return slots; }
 
+    /** Requests holding a slot now (prefilling or decoding). */
+    public int activeRequests() { return activeCount; }
+
+    /** Requests submitted and waiting for a slot. */
+    public int waitingRequests() {
+        lock.lock();
+        try {
+            return waitingCount;
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** Whether {@link #close()} was called or the engine stopped on an error. */
     public boolean isClosed() {
         lock.lock();
@@ -279,6 +294,7 @@ public final class Generator implements AutoCloseable {
             dequeued();
             r.slot = i;
             bySlot[i] = r;
+            activeCount++;
             prefilling.add(r);
         }
     }
@@ -383,6 +399,7 @@ public final class Generator implements AutoCloseable {
     private void release(ActiveRequest r) {
         if (r.slot >= 0 && bySlot[r.slot] == r) {
             bySlot[r.slot] = null;
+            activeCount--;
             pool.resetRow(r.slot);  // a free row steps from zeros, never from a stale sequence
         }
         r.parked = null;
@@ -410,6 +427,7 @@ public final class Generator implements AutoCloseable {
         waiting.clear();
         prefilling.clear();
         Arrays.fill(bySlot, null);
+        activeCount = 0;
         if (samplingPool != null) samplingPool.shutdownNow();
         try {
             prefill.close();

@@ -152,7 +152,8 @@ public final class CompletionServer implements AutoCloseable {
     private void health(HttpExchange ex) throws IOException {
         boolean up = !generator.isClosed();
         ObjectNode body = CompletionApi.JSON.createObjectNode().put("status", up ? "ok" : "unavailable")
-                .put("model", modelName).put("slots", generator.slots());
+                .put("model", modelName).put("slots", generator.slots()).put("active", generator.activeRequests())
+                .put("waiting", generator.waitingRequests());
         sendJson(ex, up ? 200 : 503, body);
     }
 

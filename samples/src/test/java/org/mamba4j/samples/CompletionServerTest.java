@@ -218,6 +218,25 @@ class CompletionServerTest {
     }
 
     @Test
+    void aClientThatDisconnectsMidStreamIsCancelled() throws Exception {
+        try (Generator g = Generator.builder(lm).slots(1).maxNewTokens(1_000_000).build();
+             CompletionServer s = new CompletionServer(g, "tiny", new InetSocketAddress("127.0.0.1", 0), 4096)) {
+            HttpResponse<java.io.InputStream> r = HTTP.send(HttpRequest.newBuilder(uri(s, "/v1/completions"))
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\": \"x\", \"max_tokens\": 1000000, \"stream\": true}")).build(),
+                    HttpResponse.BodyHandlers.ofInputStream());
+            assertEquals(200, r.statusCode());
+            try (java.io.InputStream in = r.body()) {
+                assertTrue(in.read(new byte[64]) > 0, "the first event arrived");
+                assertEquals(1, g.activeRequests());
+            }  // closing the body ends the connection
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);  // a million tokens would take far longer
+            while (g.activeRequests() > 0 && System.nanoTime() < deadline) Thread.sleep(10);
+            assertEquals(0, g.activeRequests(), "the request was cancelled and its slot freed");
+            assertEquals(200, post(s, "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}").statusCode());
+        }
+    }
+
+    @Test
     void theLoadTestRunsAgainstTheServer() throws Exception {
         LoadTest.Report r = LoadTest.run(uri(server, "/"), 3, 2, 5, 40, 0.8);
         assertEquals(6, r.ok());
