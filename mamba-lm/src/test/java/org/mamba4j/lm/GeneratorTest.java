@@ -320,6 +320,25 @@ class GeneratorTest {
     }
 
     @Test
+    void aModelClosedUnderTheGeneratorFailsEveryRequestClearly() throws Exception {
+        MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cpu(), GemmMode.DETERMINISTIC, false);
+        try (Generator gen = Generator.builder(lm).slots(1).build()) {
+            CountDownLatch decoding = new CountDownLatch(2);
+            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(4000))
+                    .listener((t, x) -> decoding.countDown()));
+            assertTrue(decoding.await(30, TimeUnit.SECONDS));
+            lm.close();  // the engine's next step fails: every request fails with that error, the engine stops
+            ExecutionException e = assertThrows(ExecutionException.class, () -> running.result().get(30, TimeUnit.SECONDS));
+            assertInstanceOf(IllegalStateException.class, e.getCause());
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (!gen.isClosed() && System.nanoTime() < deadline) Thread.sleep(5);
+            GeneratorClosedException refused = assertThrows(GeneratorClosedException.class,
+                    () -> gen.generate(new int[] {1}, Sampling.greedy()));
+            assertTrue(refused.getMessage().contains("stopped after an error"), refused.getMessage());
+        }
+    }
+
+    @Test
     void badInputIsRefusedWithClearMessages() throws Exception {
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cpu(), GemmMode.DETERMINISTIC, false);
              Generator gen = Generator.builder(lm).slots(1).maxPromptTokens(8).maxNewTokens(100).maxQueued(1).build()) {
