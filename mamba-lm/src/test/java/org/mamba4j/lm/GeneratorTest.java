@@ -35,6 +35,8 @@ import org.mamba4j.ModelConfig;
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class GeneratorTest {
+    /** Long enough that a request never ends on its own while a test holds it (a tiny model does ~10k steps/s). */
+    static final int LONG = 1_000_000;
 
     /** A mix of samplings: greedy, temperature with filters, repetition penalty, stop tokens; distinct seeds. */
     static Sampling sampling(Random rng, int i) {
@@ -156,10 +158,10 @@ class GeneratorTest {
     @Test
     void requestsJoinAndLeaveWhileOthersDecode() throws Exception {
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cpu(), GemmMode.DETERMINISTIC, false);
-             Generator gen = Generator.builder(lm).slots(2).build()) {
+             Generator gen = Generator.builder(lm).slots(2).maxNewTokens(LONG).build()) {
             CountDownLatch longStarted = new CountDownLatch(5);
             GenerationHandle longOne = gen.submit(GenerationRequest.ofTokens(new int[] {1, 2, 3},
-                    Sampling.greedy().maxNewTokens(4000)).listener((tok, text) -> longStarted.countDown()));
+                    Sampling.greedy().maxNewTokens(LONG)).listener((tok, text) -> longStarted.countDown()));
             assertTrue(longStarted.await(30, TimeUnit.SECONDS));
             // two short requests take turns in the second slot while the long one keeps decoding
             for (int i = 0; i < 2; i++) {
@@ -236,8 +238,8 @@ class GeneratorTest {
     @Test
     void cancellationFreesTheSlotAndEndsTheStream() throws Exception {
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cpu(), GemmMode.DETERMINISTIC, false);
-             Generator gen = Generator.builder(lm).slots(1).build()) {
-            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(4000)));
+             Generator gen = Generator.builder(lm).slots(1).maxNewTokens(LONG).build()) {
+            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(LONG)));
             AtomicInteger queuedHeard = new AtomicInteger();
             GenerationHandle queued = gen.submit(GenerationRequest.ofTokens(new int[] {2}, Sampling.greedy().maxNewTokens(5))
                     .listener((t, x) -> queuedHeard.incrementAndGet()));
@@ -259,7 +261,7 @@ class GeneratorTest {
             assertArrayEquals(lm.generate(new int[] {3, 4}, Sampling.greedy().maxNewTokens(7), TokenListener.NONE), c.tokens());
             assertEquals(0, queuedHeard.get(), "a request cancelled in the queue never runs");
             // cancelling the future itself cancels the request too
-            CompletableFuture<Completion> f = gen.generate(new int[] {1}, Sampling.greedy().maxNewTokens(4000));
+            CompletableFuture<Completion> f = gen.generate(new int[] {1}, Sampling.greedy().maxNewTokens(LONG));
             assertTrue(f.cancel(true));
             assertEquals(7, gen.generate(new int[] {3, 4}, Sampling.greedy().maxNewTokens(7)).get(30, TimeUnit.SECONDS).tokenCount());
         }
@@ -284,9 +286,9 @@ class GeneratorTest {
     @Test
     void closeFailsUnfinishedRequestsAndRefusesNewOnes() throws Exception {
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cpu(), GemmMode.DETERMINISTIC, false)) {
-            Generator gen = Generator.builder(lm).slots(1).build();
+            Generator gen = Generator.builder(lm).slots(1).maxNewTokens(LONG).build();
             CountDownLatch decoding = new CountDownLatch(3);
-            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(4000))
+            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(LONG))
                     .listener((t, x) -> decoding.countDown()));
             GenerationHandle queued = gen.submit(GenerationRequest.ofTokens(new int[] {2}, Sampling.greedy()));
             assertTrue(decoding.await(30, TimeUnit.SECONDS));
@@ -322,9 +324,9 @@ class GeneratorTest {
     @Test
     void aModelClosedUnderTheGeneratorFailsEveryRequestClearly() throws Exception {
         MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cpu(), GemmMode.DETERMINISTIC, false);
-        try (Generator gen = Generator.builder(lm).slots(1).build()) {
+        try (Generator gen = Generator.builder(lm).slots(1).maxNewTokens(LONG).build()) {
             CountDownLatch decoding = new CountDownLatch(2);
-            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(4000))
+            GenerationHandle running = gen.submit(GenerationRequest.ofTokens(new int[] {1}, Sampling.greedy().maxNewTokens(LONG))
                     .listener((t, x) -> decoding.countDown()));
             assertTrue(decoding.await(30, TimeUnit.SECONDS));
             lm.close();  // the engine's next step fails: every request fails with that error, the engine stops

@@ -18,7 +18,8 @@ import org.mamba4j.lm.Sampling;
  * The JSON of OpenAI's {@code POST /v1/completions}: a request body turned into a {@link GenerationRequest}
  * (every field checked, with the field named in the error), and the response bodies and stream chunks.
  *
- * <p>Fields read: {@code prompt} (a string, or an array of token ids), {@code max_tokens} (default 16), {@code
+ * <p>Fields read: {@code prompt} (a string, which also stops at the tokenizer's end-of-text token; or an array of
+ * token ids, which stops only at {@code max_tokens} or a stop string, as {@code MambaLM.generate(int[], ...)} does), {@code max_tokens} (default 16), {@code
  * temperature} (default 1), {@code top_p} (default 1), {@code top_k} (0 or -1 = off), {@code seed} (default: a random
  * one per request), {@code stop} (a string or up to 4 strings), {@code stream} (default false), {@code n} (only 1).
  * Other fields ({@code model}, {@code user}, ...) are ignored, as an OpenAI-compatible server does.

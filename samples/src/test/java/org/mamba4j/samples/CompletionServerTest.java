@@ -219,10 +219,11 @@ class CompletionServerTest {
 
     @Test
     void aClientThatDisconnectsMidStreamIsCancelled() throws Exception {
+        // a token-id prompt: no end-of-text stop, so only the disconnect can end it early
         try (Generator g = Generator.builder(lm).slots(1).maxNewTokens(1_000_000).build();
              CompletionServer s = new CompletionServer(g, "tiny", new InetSocketAddress("127.0.0.1", 0), 4096)) {
             HttpResponse<java.io.InputStream> r = HTTP.send(HttpRequest.newBuilder(uri(s, "/v1/completions"))
-                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\": \"x\", \"max_tokens\": 1000000, \"stream\": true}")).build(),
+                    .POST(HttpRequest.BodyPublishers.ofString("{\"prompt\": [120], \"max_tokens\": 1000000, \"stream\": true}")).build(),
                     HttpResponse.BodyHandlers.ofInputStream());
             assertEquals(200, r.statusCode());
             try (java.io.InputStream in = r.body()) {
