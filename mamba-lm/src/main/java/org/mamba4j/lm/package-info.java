@@ -14,6 +14,9 @@
  *       {@code config.json} ({@code ssm_cfg.layer = "Mamba3"}), read and written.
  *   <li>{@link org.mamba4j.lm.MambaLM}: loads either kind of folder, generates, and writes the official
  *       state-spaces layout ({@link org.mamba4j.lm.MambaLM#saveOfficial}).
+ *   <li>{@link org.mamba4j.lm.Generator}: a continuous-batching engine: requests ({@link
+ *       org.mamba4j.lm.GenerationRequest}) from many threads share batched decode steps and come back as futures
+ *       of a {@link org.mamba4j.lm.Completion}, token streams and callbacks ({@link org.mamba4j.lm.GenerationHandle}).
  *   <li>{@link org.mamba4j.lm.Tokenizer}: a {@code tokenizer.json} tokenizer (DJL's bindings to the
  *       Rust tokenizers library, native code bundled in the jar) with a streaming decoder. It never
  *       touches the network: see its class documentation for the DJL system properties it sets.
