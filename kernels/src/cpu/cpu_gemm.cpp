@@ -9,10 +9,12 @@
 // |           |                          | the product: 41 → 34 µs for the default decode step), threaded above   |
 // |           | Reproducible, Pedantic   | fixed tiles of C, each one single-threaded sgemm, spread over our pool:|
 // |           |                          | results depend on the operands only, never on thread counts            |
-// | BF16, F16 | Fast, Repro., Pedantic,  | ≤ kWidenedTileRows rows: the fixed-order kernel reading the 2-byte     |
-// |           | ≤ kWidenedTileRows rows  | weights (decode is bound by the weight reads: half of f32's bytes)     |
-// |           | more rows                | the fixed tiles above, each widening its weight columns to f32 in a    |
-// |           |                          | per-thread buffer, then one single-threaded sgemm (compute-bound)      |
+// | BF16, F16 | Fast, Repro., Pedantic,  | the fixed-order kernel reading the 2-byte weights (decode is bound by  |
+// |           | ≤ kWidenedTileRows rows  | the weight reads: half of f32's bytes)                                 |
+// |           | Fast, more rows          | blocks of kWidenCols weight rows widened to f32 once, each product as  |
+// |           |                          | F32 Fast (threaded OpenBLAS sgemm above kSingleThreadMacs)             |
+// |           | Repro./Pedantic, more    | the fixed tiles above, each widening its weight rows to f32 in a       |
+// |           | rows                     | per-thread buffer, then one single-threaded sgemm                      |
 // | any       | Deterministic            | our fixed-order dot products (cpu_gemm_deterministic.cpp) for every    |
 // |           |                          | row count: batch-invariant too                                         |
 //
@@ -48,6 +50,8 @@ constexpr int64_t kSingleThreadMacs = int64_t{1} << 20;
 // 16-bit weights: up to this many rows the fixed-order kernel (memory-bound, reads each weight once per 16
 // rows); above, widened tiles + sgemm (compute-bound). Measured with op_test --time (docs/benchmarks.md).
 constexpr int64_t kWidenedTileRows = 16;
+// Fast products of 16-bit weights with more rows widen this many weight rows at a time (1.5 MB at K = 768).
+constexpr int64_t kWidenCols = 512;
 
 bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
@@ -192,6 +196,34 @@ void validate(const Gemm& g) {
     }
 }
 
+/**
+ * Fast mode, 16-bit weights, more than kWidenedTileRows rows: y[:, j0:j0+n] = beta·y + x·W[j0:j0+n]ᵀ for blocks of
+ * kWidenCols weight rows, each widened once into this thread's buffer and multiplied like an F32 Fast product
+ * (OpenBLAS threaded above kSingleThreadMacs), so a prefill costs about what it costs with F32 weights.
+ */
+void forwardFastWidened(const Gemm& g, float beta) {
+    const Matrix& w = g.w;
+    const auto* w16 = static_cast<const uint16_t*>(w.lowp);
+    const int K = w.in;
+    const int threads = blasThreads();
+    for (int64_t j0 = 0; j0 < w.out; j0 += kWidenCols) {
+        const int n = static_cast<int>(std::min<int64_t>(kWidenCols, w.out - j0));
+        float* wf = workerScratch(7, static_cast<int64_t>(n) * K);
+        widenToF32(w16 + j0 * K, w.dtype == DTYPE_F16, wf, static_cast<int64_t>(n) * K);
+        const auto call = [&] {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.rows), n, K, 1.f, g.a,
+                        static_cast<int>(g.lda), wf, K, beta, g.c + j0, static_cast<int>(g.ldc));
+        };
+        if (threads > 1 && g.rows * n * static_cast<int64_t>(K) >= kSingleThreadMacs && blasThreadedAllowed()) {
+            BlasThreaded hold(threads);
+            call();
+        } else {
+            BlasRead hold;
+            call();
+        }
+    }
+}
+
 void forwardFast(const Gemm& g, float beta) {
     const Matrix& w = g.w;
     const auto call = [&] {
@@ -233,6 +265,8 @@ void CpuBackend::gemm(const Gemm& g) {
                 gemmDeterministicAccumulate16(g.a, g.lda, g.rows, w16, w.dtype == DTYPE_F16, w.out, w.in, g.c, g.ldc);
             } else if (fixedOrder) {
                 gemmDeterministicAccumulate(g.a, g.lda, g.rows, w.f32, w.out, w.in, g.c, g.ldc);
+            } else if (lowp && g.mode == GemmMode::Fast) {
+                forwardFastWidened(g, beta);
             } else if (lowp) {
                 BlasRead hold;
                 gemmTiledWidened(g.rows, w.out, w.in, g.a, g.lda, w16, w.dtype == DTYPE_F16, beta, g.c, g.ldc);
