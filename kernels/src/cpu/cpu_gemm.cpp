@@ -11,7 +11,7 @@
 // |           |                          | results depend on the operands only, never on thread counts            |
 // | BF16, F16 | Fast, Repro., Pedantic,  | the fixed-order kernel reading the 2-byte weights (decode is bound by  |
 // |           | ≤ kWidenedTileRows rows  | the weight reads: half of f32's bytes)                                 |
-// |           | Fast, more rows          | blocks of kWidenCols weight rows widened to f32 once, each product as  |
+// |           | Fast, more rows          | blocks of ≈ kWidenFloats weights widened to f32 once, each product as  |
 // |           |                          | F32 Fast (threaded OpenBLAS sgemm above kSingleThreadMacs)             |
 // |           | Repro./Pedantic, more    | the fixed tiles above, each widening its weight rows to f32 in a       |
 // |           | rows                     | per-thread buffer, then one single-threaded sgemm                      |
@@ -50,8 +50,9 @@ constexpr int64_t kSingleThreadMacs = int64_t{1} << 20;
 // 16-bit weights: up to this many rows the fixed-order kernel (memory-bound, reads each weight once per 16
 // rows); above, widened tiles + sgemm (compute-bound). Measured with op_test --time (docs/benchmarks.md).
 constexpr int64_t kWidenedTileRows = 16;
-// Fast products of 16-bit weights with more rows widen this many weight rows at a time (1.5 MB at K = 768).
-constexpr int64_t kWidenCols = 512;
+// Fast products of 16-bit weights with more rows widen about this many weights at a time (2 MB of f32: 512
+// rows at K = 768, 102 at the 2.8b out_proj's K = 5120), so the buffer stays small for any shape.
+constexpr int64_t kWidenFloats = int64_t{1} << 19;
 
 bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
@@ -198,7 +199,7 @@ void validate(const Gemm& g) {
 
 /**
  * Fast mode, 16-bit weights, more than kWidenedTileRows rows: y[:, j0:j0+n] = beta·y + x·W[j0:j0+n]ᵀ for blocks of
- * kWidenCols weight rows, each widened once into this thread's buffer and multiplied like an F32 Fast product
+ * about kWidenFloats weights, each widened once into this thread's buffer and multiplied like an F32 Fast product
  * (OpenBLAS threaded above kSingleThreadMacs), so a prefill costs about what it costs with F32 weights.
  */
 void forwardFastWidened(const Gemm& g, float beta) {
@@ -206,8 +207,9 @@ void forwardFastWidened(const Gemm& g, float beta) {
     const auto* w16 = static_cast<const uint16_t*>(w.lowp);
     const int K = w.in;
     const int threads = blasThreads();
-    for (int64_t j0 = 0; j0 < w.out; j0 += kWidenCols) {
-        const int n = static_cast<int>(std::min<int64_t>(kWidenCols, w.out - j0));
+    const int64_t block = std::max<int64_t>(16, kWidenFloats / K);
+    for (int64_t j0 = 0; j0 < w.out; j0 += block) {
+        const int n = static_cast<int>(std::min<int64_t>(block, w.out - j0));
         float* wf = workerScratch(7, static_cast<int64_t>(n) * K);
         widenToF32(w16 + j0 * K, w.dtype == DTYPE_F16, wf, static_cast<int64_t>(n) * K);
         const auto call = [&] {

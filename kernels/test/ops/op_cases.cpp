@@ -1196,6 +1196,12 @@ std::vector<Case> allCases() {
             add("gemm.forward", "rows=9 out=24 in=1000 nobias beta=1", dtype, modeName(mode), lowp(dtype), false,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 9, 24, 1000, false, 1.f, false); });
         }
+    // 16-bit weights, more rows than the CPU's fixed-order decode kernel takes, with the weights widened in several
+    // blocks (Fast: ≈ 2^19 weights per block, so 524 rows here; Reproducible: 256-row tiles).
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible})
+            add("gemm.forward", "rows=20 out=700 in=1000 nobias beta=1 ld+", dtype, modeName(mode), NEED_LOWP, false,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 20, 700, 1000, false, 1.f, true); });
     // Realistic sizes (--big / --time): a 130m-class in_proj at decode and prefill, and the LM head at decode.
     for (int dtype : dtypes)
         for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Pedantic, GemmMode::Deterministic}) {
