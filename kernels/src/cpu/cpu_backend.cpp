@@ -23,7 +23,7 @@ Capabilities CpuBackend::capabilities() const {
     c.host = true;
     c.training = true;
     c.graphs = false;
-    c.lowp_storage = false;
+    c.lowp_storage = true;  // BF16/F16 matrices widened in the product kernels; TF32 storage = exact f32 products
     return c;
 }
 
@@ -93,12 +93,7 @@ void requireLowpDtype(const char* what, int dtype) {
         fail(std::string(what) + ": dtype " + std::to_string(dtype) + " must be DTYPE_BF16 or DTYPE_F16");
 }
 
-void lowpToF32(const uint16_t* src, int dtype, float* dst, int64_t n) {
-    if (dtype == DTYPE_BF16)
-        for (int64_t i = 0; i < n; ++i) dst[i] = bf16ToF32(src[i]);
-    else
-        for (int64_t i = 0; i < n; ++i) dst[i] = f16ToF32(src[i]);
-}
+void lowpToF32(const uint16_t* src, int dtype, float* dst, int64_t n) { widenToF32(src, dtype == DTYPE_F16, dst, n); }
 
 }  // namespace
 

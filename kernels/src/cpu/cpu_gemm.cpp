@@ -1,12 +1,29 @@
 // The CPU's one GEMM dispatch point: every product of every architecture arrives here as a Gemm.
 //
-//   Forward + Fast          OpenBLAS sgemv (one row) / sgemm over all rows; single-threaded OpenBLAS below
-//                           kSingleThreadMacs multiply-adds (waking its threads costs more than the product:
-//                           41 → 34 µs for the default decode step), threaded above (both memory channels).
-//   Forward + Reproducible  fixed tiles of C, each one single-threaded sgemm, spread over our pool:
-//   (and + Pedantic)        results depend on the operands only, never on thread counts.
-//   Forward + Deterministic our fixed-order dot products (cpu_gemm_deterministic.cpp): batch-invariant too.
-//   BackwardData            dx = beta·dx + dy·W, tiled as above (always reproducible).
+// Forward, y = beta·y + x·Wᵀ (+ bias), by storage type and mode:
+//
+// | storage   | mode                     | kernel                                                                 |
+// |-----------|--------------------------|------------------------------------------------------------------------|
+// | F32, TF32 | Fast                     | OpenBLAS sgemv (one row) / sgemm over all rows; single-threaded below  |
+// |           |                          | kSingleThreadMacs multiply-adds (waking its threads costs more than   |
+// |           |                          | the product: 41 → 34 µs for the default decode step), threaded above   |
+// |           | Reproducible, Pedantic   | fixed tiles of C, each one single-threaded sgemm, spread over our pool:|
+// |           |                          | results depend on the operands only, never on thread counts            |
+// | BF16, F16 | Fast, Repro., Pedantic,  | the fixed-order kernel reading the 2-byte weights (decode is bound by  |
+// |           | ≤ kWidenedTileRows rows  | the weight reads: half of f32's bytes)                                 |
+// |           | Fast, more rows          | blocks of ≈ kWidenFloats weights widened to f32 once, each product as  |
+// |           |                          | F32 Fast (threaded OpenBLAS sgemm above kSingleThreadMacs)             |
+// |           | Repro./Pedantic, more    | the fixed tiles above, each widening its weight rows to f32 in a       |
+// |           | rows                     | per-thread buffer, then one single-threaded sgemm                      |
+// | any       | Deterministic            | our fixed-order dot products (cpu_gemm_deterministic.cpp) for every    |
+// |           |                          | row count: batch-invariant too                                         |
+//
+// TF32 storage holds f32 values and the CPU has no TF32 arithmetic: its products are exact f32 (TF32 only
+// *allows* a backend to round the operands). 16-bit weights are widened exactly; products always accumulate
+// in f32 on f32 activations (CUDA rounds the activations to bf16/f16 for its batched tensor-core products).
+//
+//   BackwardData            dx = beta·dx + dy·W with W's f32 values (a 16-bit model's trainer passes its f32
+//                           masters), tiled as above (always reproducible).
 //   WeightGrad              dw += dyᵀ·x over all rows in one product per tile; dbias += column sums of dy,
 //                           rows in order (always reproducible).
 //
@@ -16,6 +33,7 @@
 #include "blas_threads.h"
 #include "core/errors.h"
 #include "cpu_gemm_deterministic.h"
+#include "lowp.h"
 #include "thread_pool.h"
 
 #include <cblas.h>
@@ -28,6 +46,15 @@ namespace mamba::cpu {
 namespace {
 
 constexpr int64_t kSingleThreadMacs = int64_t{1} << 20;
+
+// 16-bit weights: up to this many rows the fixed-order kernel (memory-bound, reads each weight once per 16
+// rows); above, widened tiles + sgemm (compute-bound). Measured with op_test --time (docs/benchmarks.md).
+constexpr int64_t kWidenedTileRows = 16;
+// Fast products of 16-bit weights with more rows widen about this many weights at a time (2 MB of f32: 512
+// rows at K = 768, 102 at the 2.8b out_proj's K = 5120), so the buffer stays small for any shape.
+constexpr int64_t kWidenFloats = int64_t{1} << 19;
+
+bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
 // Tiles of C for the reproducible products: about 8 row tiles of 32..256 rows (a multiple of 16) by
 // 256-column tiles. A function of the shape only, never of the thread count.
@@ -61,6 +88,30 @@ void gemmTiled(bool transA, bool transB, int64_t M, int64_t N, int64_t K, const 
             cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
                         static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), 1.f, a, static_cast<int>(lda), b,
                         static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+        }
+    });
+}
+
+/**
+ * y[M, N] = beta·y + x[M, K]·Wᵀ with W [N, K] in 16 bits, as the fixed tiles of gemmTiled (a function of the shape
+ * only): each tile widens its kTileN weight rows to f32 in the running thread's buffer, then runs one
+ * single-threaded sgemm. The caller holds BlasRead.
+ */
+void gemmTiledWidened(int64_t M, int64_t N, int64_t K, const float* x, int64_t ldx, const uint16_t* W, bool f16,
+                      float beta, float* y, int64_t ldy) {
+    if (M <= 0 || N <= 0 || K <= 0) return;
+    const int64_t TM = tileRows(M);
+    const int64_t tm = (M + TM - 1) / TM, tn = (N + kTileN - 1) / kTileN;
+    const int64_t perTile = std::min(M, TM) * std::min(N, kTileN) * K;
+    parallelFor(tm * tn, perTile >= (1 << 16) ? 1 : std::max<int64_t>(1, (1 << 16) / perTile), [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+            const int64_t i0 = t / tn * TM, j0 = t % tn * kTileN;
+            const int64_t m = std::min(TM, M - i0), n = std::min(kTileN, N - j0);
+            float* w = workerScratch(7, n * K);
+            widenToF32(W + j0 * K, f16, w, n * K);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                        static_cast<int>(K), 1.f, x + i0 * ldx, static_cast<int>(ldx), w, static_cast<int>(K), beta,
+                        y + i0 * ldy + j0, static_cast<int>(ldy));
         }
     });
 }
@@ -123,10 +174,13 @@ void validate(const Gemm& g) {
     if (g.rows < 0 || g.rows > INT_MAX) bad(g, "rows must be in [0, 2^31)");
     if (g.w.out < 0 || g.w.in < 0) bad(g, "negative weight shape");
     const bool emptyW = static_cast<int64_t>(g.w.out) * g.w.in == 0;
-    if (g.kind != GemmKind::WeightGrad) {
-        if (g.w.dtype != DTYPE_F32)
-            bad(g, "the CPU backend stores f32 weights only (dtype " + std::to_string(g.w.dtype) + ")");
-        if (g.w.f32 == nullptr && !emptyW) bad(g, "the weight has no f32 values");
+    if (g.kind == GemmKind::Forward) {  // W is read in its storage type
+        const int dt = g.w.dtype;
+        if (dt != DTYPE_F32 && dt != DTYPE_TF32 && !isLowp(dt)) bad(g, "unknown storage dtype code " + std::to_string(dt));
+        if (isLowp(dt) && g.w.lowp == nullptr && !emptyW) bad(g, "the 16-bit weight has no 2-byte values");
+        if (!isLowp(dt) && g.w.f32 == nullptr && !emptyW) bad(g, "the weight has no f32 values");
+    } else if (g.kind == GemmKind::BackwardData) {
+        if (g.w.f32 == nullptr && !emptyW) bad(g, "the weight has no f32 values (the backward reads W as f32)");
     }
     const int64_t aw = g.kind == GemmKind::Forward ? g.w.in : g.w.out;       // width of a's rows
     const int64_t cw = g.kind == GemmKind::BackwardData ? g.w.in : g.w.out;  // width of c's rows (not WeightGrad)
@@ -140,6 +194,35 @@ void validate(const Gemm& g) {
     } else {
         if (g.rows > 0 && g.c == nullptr) bad(g, "c is null");
         if (!ldOk(g.ldc, cw)) bad(g, ldMessage("ldc", g.ldc, cw));
+    }
+}
+
+/**
+ * Fast mode, 16-bit weights, more than kWidenedTileRows rows: y[:, j0:j0+n] = beta·y + x·W[j0:j0+n]ᵀ for blocks of
+ * about kWidenFloats weights, each widened once into this thread's buffer and multiplied like an F32 Fast product
+ * (OpenBLAS threaded above kSingleThreadMacs), so a prefill costs about what it costs with F32 weights.
+ */
+void forwardFastWidened(const Gemm& g, float beta) {
+    const Matrix& w = g.w;
+    const auto* w16 = static_cast<const uint16_t*>(w.lowp);
+    const int K = w.in;
+    const int threads = blasThreads();
+    const int64_t block = std::max<int64_t>(16, kWidenFloats / K);
+    for (int64_t j0 = 0; j0 < w.out; j0 += block) {
+        const int n = static_cast<int>(std::min<int64_t>(block, w.out - j0));
+        float* wf = workerScratch(7, static_cast<int64_t>(n) * K);
+        widenToF32(w16 + j0 * K, w.dtype == DTYPE_F16, wf, static_cast<int64_t>(n) * K);
+        const auto call = [&] {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.rows), n, K, 1.f, g.a,
+                        static_cast<int>(g.lda), wf, K, beta, g.c + j0, static_cast<int>(g.ldc));
+        };
+        if (threads > 1 && g.rows * n * static_cast<int64_t>(K) >= kSingleThreadMacs && blasThreadedAllowed()) {
+            BlasThreaded hold(threads);
+            call();
+        } else {
+            BlasRead hold;
+            call();
+        }
     }
 }
 
@@ -172,14 +255,23 @@ void CpuBackend::gemm(const Gemm& g) {
         case GemmKind::Forward: {
             if (w.out == 0) return;
             float beta = g.beta;
-            const bool det = g.mode == GemmMode::Deterministic;
-            if (g.bias || w.in == 0 || (det && beta != 1.f)) {  // y = beta·y + bias once; the product adds to it
+            const bool lowp = isLowp(w.dtype);
+            const bool fixedOrder = g.mode == GemmMode::Deterministic || (lowp && g.rows <= kWidenedTileRows);
+            if (g.bias || w.in == 0 || (fixedOrder && beta != 1.f)) {  // y = beta·y + bias once; the product adds to it
                 applyBias(g.c, g.ldc, g.rows, w.out, g.bias, beta);
                 beta = 1.f;
             }
             if (w.in == 0) return;
-            if (det) {
+            const auto* w16 = static_cast<const uint16_t*>(w.lowp);
+            if (fixedOrder && lowp) {
+                gemmDeterministicAccumulate16(g.a, g.lda, g.rows, w16, w.dtype == DTYPE_F16, w.out, w.in, g.c, g.ldc);
+            } else if (fixedOrder) {
                 gemmDeterministicAccumulate(g.a, g.lda, g.rows, w.f32, w.out, w.in, g.c, g.ldc);
+            } else if (lowp && g.mode == GemmMode::Fast) {
+                forwardFastWidened(g, beta);
+            } else if (lowp) {
+                BlasRead hold;
+                gemmTiledWidened(g.rows, w.out, w.in, g.a, g.lda, w16, w.dtype == DTYPE_F16, beta, g.c, g.ldc);
             } else if (g.mode == GemmMode::Fast) {
                 forwardFast(g, beta);
             } else {

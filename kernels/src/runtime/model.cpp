@@ -12,7 +12,7 @@ ModelImpl::ModelImpl(const ModelConfig& config, int device, int dtype, int64_t s
     : backbone(config), device(device), dtype(dtype), ops(openBackend(device)), runner_(backbone) {
     require(dtype >= DTYPE_F32 && dtype <= DTYPE_F16, "dtype code " + std::to_string(dtype) + " is unknown");
     require(dtype == DTYPE_F32 || ops->capabilities().lowp_storage,
-            "the CPU backend stores weights as F32 only; BF16/F16/TF32 need a CUDA device");
+            "this backend stores weights as F32 only (no BF16/F16/TF32 storage)");
     layout_ = StorageLayout::of(backbone.table, dtype);
     storage_ = Buffer(*ops, (layout_.bytes + 3) / 4);
     derived_ = Buffer(*ops, backbone.arch->derivedSize());

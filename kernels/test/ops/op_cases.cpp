@@ -205,14 +205,16 @@ Prepared gemmInvarianceCase(Ops& ops, uint64_t seed, int dtype, int out, int in,
  * On the CPU, GEMM_DETERMINISTIC equals a plain scalar statement of its fixed order bit for bit: lane j of 8
  * accumulates x[k]·w[k] (one fma) for k ≡ j mod 8, then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
  */
-Prepared gemmFixedOrderCase(Ops& ops, uint64_t seed, int64_t rows, int out, int in) {
+Prepared gemmFixedOrderCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int out, int in) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const std::vector<float> x = uniform(rng, rows * in, -1, 1), w = uniform(rng, static_cast<int64_t>(out) * in, -1, 1);
+    const std::vector<float> x = uniform(rng, rows * in, -1, 1);
+    // 16-bit weights: the kernel widens them exactly, so the scalar order runs on the widened values.
+    const Weight wt = putWeight(*A, rng, out, in, dtype, 1.0, false);
+    const std::vector<float> w(wt.stored.begin(), wt.stored.end());
     float* dy = A->poisoned(rows * out);
-    const Gemm g = Gemm::forward(GemmMode::Deterministic, A->put(x), in, rows, Matrix::f32Of(A->put(w), out, in),
-                                 nullptr, dy, out, 0.f);
+    const Gemm g = Gemm::forward(mode, A->put(x), in, rows, wt.m, nullptr, dy, out, 0.f);
     p.call = [&ops, g] { ops.gemm(g); };
     std::vector<float> want(static_cast<size_t>(rows * out));
     for (int64_t r = 0; r < rows; ++r)
@@ -1184,13 +1186,22 @@ std::vector<Case> allCases() {
         add("invariant.gemm.forward", "B=1..300 out=17000 in=40 bias beta=1", dtype, "det", lowp(dtype), false,
             [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 17000, 40, {1, 9, 61, 128, 300}); });
     }
-    add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", DTYPE_F32, "det", NEED_NONE, false,
-        [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, DTYPE_F32, 40, 13, issueBatches); });
-    add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", DTYPE_BF16, "det", NEED_LOWP, false,
-        [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, DTYPE_BF16, 40, 13, issueBatches); });
-    for (int in : {5, 8, 61, 768})
-        add("fixedorder.gemm.forward", format("rows=6 out=7 in=%d", in), DTYPE_F32, "det", NEED_HOST_THREADS, false,
-            [=](Ops& o, uint64_t s) { return gemmFixedOrderCase(o, s, 6, 7, in); });
+    for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
+        add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", dtype, "det", lowp(dtype), false,
+            [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 40, 13, issueBatches); });
+    // The CPU's fixed order, bit for bit: every row count in det mode, and the decode product of 16-bit weights
+    // (up to 16 rows) in every mode; rows = 1 and 6 take different micro-kernels, out = 7 and 70 leave remainders.
+    for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
+        for (int in : {5, 8, 61, 768})
+            for (int64_t rows : {1, 6}) {
+                const int out = in == 768 ? 70 : 7;
+                const std::string shape = format("rows=%lld out=%d in=%d", static_cast<long long>(rows), out, in);
+                add("fixedorder.gemm.forward", shape, dtype, "det", NEED_HOST_THREADS | lowp(dtype), false,
+                    [=](Ops& o, uint64_t s) { return gemmFixedOrderCase(o, s, GemmMode::Deterministic, dtype, rows, out, in); });
+                if (dtype != DTYPE_F32)
+                    add("fixedorder.gemm.forward", shape, dtype, "fast", NEED_HOST_THREADS | lowp(dtype), false,
+                        [=](Ops& o, uint64_t s) { return gemmFixedOrderCase(o, s, GemmMode::Fast, dtype, rows, out, in); });
+            }
     // Several column/row tiles, and a long reduction.
     for (int dtype : dtypes)
         for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Deterministic}) {
@@ -1199,6 +1210,12 @@ std::vector<Case> allCases() {
             add("gemm.forward", "rows=9 out=24 in=1000 nobias beta=1", dtype, modeName(mode), lowp(dtype), false,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 9, 24, 1000, false, 1.f, false); });
         }
+    // 16-bit weights, more rows than the CPU's fixed-order decode kernel takes, with the weights widened in several
+    // blocks (Fast: ≈ 2^19 weights per block, so 524 rows here; Reproducible: 256-row tiles).
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible})
+            add("gemm.forward", "rows=20 out=700 in=1000 nobias beta=1 ld+", dtype, modeName(mode), NEED_LOWP, false,
+                [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 20, 700, 1000, false, 1.f, true); });
     // Realistic sizes (--big / --time): a 130m-class in_proj at decode and prefill, and the LM head at decode.
     for (int dtype : dtypes)
         for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Pedantic, GemmMode::Deterministic}) {
@@ -1414,6 +1431,12 @@ std::vector<Case> allCases() {
     train("gemm.forward.det", "rows=257 out=300 in=200 bias beta=1", [](Ops& o, uint64_t s) {
         return gemmForwardCase(o, s, GemmMode::Deterministic, DTYPE_F32, 257, 300, 200, true, 1.f, false);
     });
+    for (GemmMode mode : {GemmMode::Fast, GemmMode::Deterministic})  // 16-bit weights: both CPU kernels
+        for (int64_t rows : {9, 257})
+            training.push_back(Case{"gemm.forward", format("rows=%lld out=300 in=200 bias beta=1", static_cast<long long>(rows)),
+                                    DTYPE_BF16, modeName(mode), NEED_LOWP, false, [=](Ops& o, uint64_t s) {
+                                        return gemmForwardCase(o, s, mode, DTYPE_BF16, rows, 300, 200, true, 1.f, false);
+                                    }});
     train("gemm.backwardData", "rows=257 out=300 in=200 beta=0",
           [](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 257, 300, 200, 0.f, false); });
     train("gemm.weightGrad", "rows=257 out=300 in=200 dbias",

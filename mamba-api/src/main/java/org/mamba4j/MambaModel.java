@@ -464,7 +464,7 @@ public final class MambaModel implements AutoCloseable {
             return this;
         }
 
-        /** Weight storage type (default F32; BF16/F16/TF32 need CUDA). */
+        /** Weight storage type (default F32; every type works on every device, see {@link DType}). */
         public Builder dtype(DType dtype) {
             this.dtype = Objects.requireNonNull(dtype, "dtype");
             return this;
@@ -507,8 +507,6 @@ public final class MambaModel implements AutoCloseable {
 
         /** Allocates the model and initialises its weights. */
         public MambaModel build() {
-            if (device.isCpu() && dtype != DType.F32)
-                throw new InvalidConfigException("dtype = " + dtype + " needs a CUDA device; the CPU stores F32 weights");
             checkLm();
             MambaModel m = new MambaModel(config, inputDim, vocabSize, tieEmbeddings, device, dtype, seed);
             if (gemmMode != GemmMode.CUBLAS_FAST) {

@@ -82,10 +82,11 @@ import org.mamba4j.nativ.global.libmamba;
  * }
  * }</pre>
  *
- * <p><b>Devices.</b> Training runs where the model lives: on the CPU (F32) or on a CUDA device (see
- * {@link #supports(Device)}). On a CUDA device, BF16/F16/TF32 models train with f32 master weights (the model's
- * parameters, which AdamW updates): the forward's products use the low-precision copy, the backward runs in f32
- * on the master weights, and the copy is refreshed after every optimizer step. Gradients, moments, the
+ * <p><b>Devices.</b> Training runs where the model lives: on the CPU or on a CUDA device (see
+ * {@link #supports(Device)}), in every {@link DType}. BF16/F16 models train with f32 master weights, which exist
+ * only while the trainer does (AdamW updates them): the forward's products use the 2-byte copy, the backward runs
+ * in f32 on the master weights, and the copy is refreshed after every optimizer step. TF32 models train their f32
+ * storage in place, as F32 ones do. Gradients, moments, the
  * recurrent state, norms, A_log and D are always f32.
  */
 public final class Trainer implements AutoCloseable {

@@ -39,7 +39,7 @@ public final class BenchSuite {
         ChainedOptionsBuilder o = options(json);
         switch (suite) {
             case "quick" -> o.include("JniBench\\.emptyNativeCall$").include("InferenceBench\\.(step|prefill1024)$")
-                    .include("TrainStepBench\\.step$").param("shape", "default").param("gemmMode", "CUBLAS_FAST").param("model", "128x3")
+                    .include("TrainStepBench\\.step$").param("shape", "default").param("gemmMode", "CUBLAS_FAST").param("dtype", "F32").param("model", "128x3")
                     .forks(1).warmupIterations(3).warmupTime(TimeValue.milliseconds(500))
                     .measurementIterations(5).measurementTime(TimeValue.milliseconds(500));
             case "full" -> o.include("org\\.mamba4j\\.bench\\.(InferenceBench|JniBench|TrainStepBench)\\.");

@@ -2,6 +2,7 @@ package org.mamba4j.bench;
 
 import java.util.Random;
 import java.util.concurrent.TimeUnit;
+import org.mamba4j.DType;
 import org.mamba4j.GemmMode;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
@@ -22,8 +23,10 @@ import org.openjdk.jmh.annotations.Warmup;
 
 /**
  * CPU decode latency (one step, B = 1) and prefill throughput. Shapes: "default" = d_model 128, 3 layers
- * (the reference crate's default); "130m" = d_model 768, 24 layers (mamba-130m's backbone).
- * Run: {@code java -jar benchmarks/target/benchmarks.jar InferenceBench}
+ * (the reference crate's default); "130m" = d_model 768, 24 layers (mamba-130m's backbone). Weight storage: F32,
+ * or BF16 (2-byte matrices, f32 compute: a decode step reads half the bytes).
+ * Run: {@code java -jar benchmarks/target/benchmarks.jar InferenceBench}; F32 vs BF16 decode at 130m:
+ * {@code java -jar benchmarks/target/benchmarks.jar "InferenceBench.step$" -p shape=130m -p gemmMode=CUBLAS_FAST}
  */
 @State(Scope.Thread)
 @BenchmarkMode(Mode.AverageTime)
@@ -39,6 +42,10 @@ public class InferenceBench {
     @Param({"CUBLAS_FAST", "DETERMINISTIC"})
     public String gemmMode;
 
+    /** Weight storage: F32 or BF16. */
+    @Param({"F32", "BF16"})
+    public String dtype;
+
     private MambaModel model;
     private MambaState state;
     private float[] x, y, prompt;
@@ -47,7 +54,7 @@ public class InferenceBench {
     @Setup(Level.Trial)
     public void setUp() {
         Mamba1Config c = shape.equals("130m") ? Mamba1Config.builder().dModel(768).layers(24).build() : Mamba1Config.defaults();
-        model = MambaModel.builder(c).gemmMode(GemmMode.valueOf(gemmMode)).seed(1).build();
+        model = MambaModel.builder(c).gemmMode(GemmMode.valueOf(gemmMode)).dtype(DType.valueOf(dtype)).seed(1).build();
         state = model.newState(1);
         Random rng = new Random(2);
         x = new float[c.dModel()];

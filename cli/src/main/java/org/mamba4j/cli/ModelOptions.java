@@ -26,7 +26,8 @@ final class ModelOptions {
     String device;
 
     @Option(names = "--dtype", paramLabel = "f32|tf32|bf16|f16", defaultValue = "f32",
-            description = "Weight storage on the device (default: ${DEFAULT-VALUE}; the CPU supports f32 only)")
+            description = "Weight storage on the device (default: ${DEFAULT-VALUE}); bf16/f16 halve the weights' memory"
+                    + " (and, on the CPU, about halve a decode step's time)")
     String dtype;
 
     Device device() {
