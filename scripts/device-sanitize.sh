@@ -1,34 +1,46 @@
 #!/usr/bin/env bash
-# compute-sanitizer over libmamba's CUDA code: memcheck, racecheck, initcheck and synccheck, each over
+# compute-sanitizer over libmamba's CUDA code, each tool over
 #   1. every CUDA op case of kernels/test/ops (op_test --backend cuda), and
 #   2. one prefill, decode step (eager, captured, replayed) and training step from Java (DeviceSanitizeProbe).
-# Run on the GPU device machine from the repo root. Prepare here first:
-#   mvn -B -q install -DskipTests && ../shared/device/make-bundle.sh .device mamba-api
-# then call the device tool with carry [".device", "presets/target/openblas"] and: bash scripts/device-sanitize.sh
-# It builds libmamba with CUDA there (cppbuild.sh, nvcc), and the Java probe loads that library instead of the
-# packaged CPU-only one (JavaCPP pathsFirst + preloadpath). Logs go to $OUT; exit 0 only with 0 errors everywhere.
-# Status: prepared, NOT RUN yet (the session that wrote it had no GPU budget left); see docs/reliability.md.
+# Prepare here (the op test is built with CUDA wherever nvcc is, so nothing is compiled there):
+#   mvn -B -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm
+#   xz -T0 -c presets/cppbuild/linux-x86_64/bin/op_test > .device/op_test.xz
+# then on the device (carry [".device"]), from the repo root:
+#   bash scripts/device-sanitize.sh [TOOL ...]        default: memcheck racecheck initcheck synccheck
+# SAN_TIMEOUT (seconds per tool and program, default 240) bounds each run: a run cut short says so in the summary
+# and counts as a failure. Logs and $OUT/summary.txt (each run's ERROR SUMMARY) go to $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-ROOT=$PWD
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
-PREFIX=$ROOT/presets/cppbuild/linux-x86_64-cuda
-OPENBLAS=$ROOT/presets/target/openblas/org/bytedeco/openblas/linux-x86_64
 [ -x "$CS" ] || { echo "device-sanitize.sh: compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2; exit 2; }
-MAMBA_CUDA=on bash cppbuild.sh install -platform=linux-x86_64 -prefix="$PREFIX" -openblas="$OPENBLAS" > "$OUT/build.log" 2>&1 \
-  || { tail -20 "$OUT/build.log"; exit 1; }
-# the Java probe, with the CUDA library loaded first (ordinary JVM flags go through the bundle's launcher)
-export JAVA_TOOL_OPTIONS="-Dorg.bytedeco.javacpp.pathsFirst=true -Dorg.bytedeco.javacpp.platform.preloadpath=$PREFIX/lib"
+LIMIT=${SAN_TIMEOUT:-240}
+# the op test and the OpenBLAS it links (taken from the bundle's OpenBLAS jar)
+bash .device/run.sh main -version >/dev/null 2>&1   # unpacks the bundle
+OPTEST=/tmp/op_test; [ -x $OPTEST ] || xz -dc .device/op_test.xz > $OPTEST && chmod +x $OPTEST
+mkdir -p /tmp/oblas
+python3 - <<'PY'
+import glob, zipfile, os
+jar = glob.glob('/tmp/mamba4j-bundle/lib/openblas-*-linux-x86_64.jar')[0]
+with zipfile.ZipFile(jar) as z:
+    for n in z.namelist():
+        if n.endswith(('.so.0', '.so.5', '.so.1')) and 'linux-x86_64/' in n:
+            open('/tmp/oblas/' + os.path.basename(n), 'wb').write(z.read(n))
+PY
+export LD_LIBRARY_PATH=/tmp/oblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+run() {  # run NAME TOOL CMD...  → exit status (124 = cut short), a summary line
+  local name=$1 tool=$2; shift 2
+  timeout "$LIMIT" "$CS" --tool "$tool" --error-exitcode 99 --print-limit 50 "$@" > "$OUT/$name.$tool.log" 2>&1
+  local rc=$?
+  local s; s=$(grep -E 'ERROR SUMMARY' "$OUT/$name.$tool.log" | tail -1)
+  [ $rc -eq 124 ] && s="CUT SHORT after ${LIMIT}s; $(grep -c PASS "$OUT/$name.$tool.log") cases passed before"
+  [ "$name" = op_test ] && s="$s; $(grep -E '^op_test:' "$OUT/$name.$tool.log" | tail -1)"
+  echo "$tool $name: exit $rc ($s)" | tee -a "$OUT/summary.txt"
+  return $rc
+}
 failed=0
-for tool in memcheck racecheck initcheck synccheck; do
-  # racecheck/initcheck/synccheck only mean anything for device code: op cases filtered to the CUDA backend
-  "$CS" --tool "$tool" --error-exitcode 99 --print-limit 50 "$PREFIX/bin/op_test" --backend cuda > "$OUT/op_test.$tool.log" 2>&1
-  ops=$?
+for tool in ${*:-memcheck racecheck initcheck synccheck}; do
+  run op_test "$tool" $OPTEST --backend cuda || failed=1
   # the JVM itself touches no GPU memory; --target-processes all follows the launcher's exec
-  "$CS" --tool "$tool" --error-exitcode 99 --print-limit 50 --target-processes all \
-    bash .device/run.sh main org.mamba4j.DeviceSanitizeProbe > "$OUT/probe.$tool.log" 2>&1
-  probe=$?
-  echo "$tool: op_test exit $ops ($(grep -E 'ERROR SUMMARY' "$OUT/op_test.$tool.log" | tail -1)), probe exit $probe ($(grep -E 'ERROR SUMMARY' "$OUT/probe.$tool.log" | tail -1))" | tee -a "$OUT/summary.txt"
-  [ $ops -eq 0 ] && [ $probe -eq 0 ] || failed=1
+  run probe "$tool" --target-processes all bash .device/run.sh main org.mamba4j.DeviceSanitizeProbe || failed=1
 done
 exit $failed

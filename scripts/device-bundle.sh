@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# ../shared/device/make-bundle.sh, then slims the bundle so that it and a test binary fit the device's 64 MiB carry
+# limit together: no Jazzer and no fuzz targets (fuzzing runs here, never there), a jlink'd runtime without
+# jlink's own compression and without the JVM's symbol table, the whole packed with xz.
+#   usage: scripts/device-bundle.sh MODULE...     writes .device/bundle.txz and .device/run.sh (same use as before)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JH=${JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}
+../shared/device/make-bundle.sh .device "$@" >/dev/null
+T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
+tar xzf .device/bundle.tgz -C "$T" && rm .device/bundle.tgz
+rm -rf "$T"/bundle/jre "$T"/bundle/lib/jazzer-*.jar
+find "$T"/bundle/tests -name '*FuzzTest*.class' -delete
+"$JH/bin/jlink" --add-modules java.base,jdk.unsupported,java.logging,java.xml,java.management,jdk.management \
+  --strip-debug --no-header-files --no-man-pages --output "$T"/bundle/jre
+strip --strip-unneeded "$T"/bundle/jre/lib/server/libjvm.so
+tar cf - -C "$T" bundle | xz -T0 -6 > .device/bundle.txz
+cat > .device/run.sh <<'EOS'
+#!/bin/sh
+# Unpacks the bundle once per device machine, then runs: run.sh tests [junit args] | run.sh main CLASS [args]
+set -e
+H=$(cd "$(dirname "$0")" && pwd); U=/tmp/mamba4j-bundle
+if [ ! -f "$U/.stamp" ] || [ "$H/bundle.txz" -nt "$U/.stamp" ]; then
+  rm -rf "$U"; mkdir -p "$U"; tar xJf "$H/bundle.txz" -C "$U" --strip-components=1; touch "$U/.stamp"
+fi
+exec sh "$U/launch.sh" "$@"
+EOS
+chmod +x .device/run.sh
+echo "bundle: $(du -h .device/bundle.txz | cut -f1) in .device (device carry limit: 64 MiB for everything carried)"
