@@ -219,6 +219,13 @@ public:
     /** The GemmModeCode of every product (inference and a Trainer's forward); changing it drops captured graphs. */
     void setGemmMode(int mode);
     int gemmMode() const;
+    /**
+     * The CUDA stream (a cudaStream_t) every call on this model and its states enqueues its work on, for interop:
+     * work another library queues on it runs before the model's next call, without a host synchronisation. The
+     * stream is the model's own (non-blocking, created with the model, destroyed by it); calls still return only
+     * when their results are complete. nullptr for a CPU model.
+     */
+    void* cudaStream() const;
 
     int paramCount() const;
     int64_t paramTotalSize() const;

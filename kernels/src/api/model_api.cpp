@@ -20,6 +20,7 @@ void Model::setCudaGraphs(bool enabled) { impl_->setGraphs(enabled); }
 bool Model::cudaGraphs() const { return impl_->graphs(); }
 void Model::setGemmMode(int mode) { impl_->setGemmMode(mode); }
 int Model::gemmMode() const { return impl_->gemmMode(); }
+void* Model::cudaStream() const { return impl_->ops->nativeStream(); }
 int Model::paramCount() const { return impl_->backbone.table.count(); }
 int64_t Model::paramTotalSize() const { return impl_->backbone.table.totalSize(); }
 std::string Model::paramName(int index) const { return impl_->backbone.table.at(index).name; }

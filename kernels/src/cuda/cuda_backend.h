@@ -54,6 +54,7 @@ public:
     void copy(float* dst, const float* src, int64_t n) override;
     void zero(float* p, int64_t n) override;
     void synchronize() override;
+    void* nativeStream() const override { return stream_; }
 
     void gemm(const Gemm& g) override;  // gemm/gemm.cu
 

@@ -252,6 +252,8 @@ public:
     virtual void zero(float* p, int64_t n) = 0;
     /** Waits for all queued work (device backends run asynchronously). */
     virtual void synchronize() {}
+    /** The CUDA stream (cudaStream_t) this context enqueues on, for interop; null where there is none (CPU). */
+    virtual void* nativeStream() const { return nullptr; }
 
     // ---- products: the one dispatch point (gemm.h) ----
     virtual void gemm(const Gemm& g) = 0;

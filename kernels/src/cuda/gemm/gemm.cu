@@ -123,9 +123,11 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     const void* wp = forwardStorage(w, "gemm (Forward)");
     if (w.out == 0) return;
     if (g.mode == GemmMode::Deterministic && tensorTierTakes(wp, w.dtype, w.in)) {
-        const bool packs = tensorTierPacks(g.a, g.lda, g.rows);
-        gemmTensorTier(e, g.a, g.lda, g.rows, wp, w.dtype, w.out, w.in, g.bias, g.c, g.ldc, g.beta,
-                       packs ? lowpWorkspace() : nullptr, packs ? lowp_ws_bytes_ : 0);
+        // Every tile but the one-row decode tile rounds x into the workspace; the tier picks the tile, so it
+        // always gets the workspace (allocated once per context, before any capture).
+        void* workspace = lowpWorkspace();
+        gemmTensorTier(e, g.a, g.lda, g.rows, wp, w.dtype, w.out, w.in, g.bias, g.c, g.ldc, g.beta, workspace,
+                       lowp_ws_bytes_);
         return;
     }
     if (g.rows <= kGemvMaxRows || g.mode == GemmMode::Deterministic) {

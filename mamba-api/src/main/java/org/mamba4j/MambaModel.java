@@ -8,6 +8,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import org.bytedeco.javacpp.Pointer;
 import org.mamba4j.nativ.Model;
 import org.mamba4j.nativ.ParamLayout;
 
@@ -144,6 +145,27 @@ public final class MambaModel implements AutoCloseable {
     /** How products are computed now (default {@link GemmMode#CUBLAS_FAST}). */
     public GemmMode gemmMode() {
         return GemmMode.ofCode(guard.get(peer::gemmMode));
+    }
+
+    /**
+     * The CUDA stream ({@code cudaStream_t}) this model's calls enqueue their work on, as a JavaCPP pointer for
+     * interop with {@code org.bytedeco:cuda} (wrap it as {@code new CUstream_st(model.cudaStream())}, or pass it to
+     * {@code cublasSetStream_v2}). Work queued on it — a {@code cudaMemcpyAsync} into an input {@link Tensor}, a
+     * cuBLAS call on an output — is ordered with the model's calls without a host synchronisation: it runs before
+     * the model's next call and after its last one. The model's calls still return only when their results are
+     * complete. The stream belongs to the model (do not destroy it) and is valid until the model is closed.
+     *
+     * <pre>{@code
+     * cudart.cudaMemcpyAsync(x.pointer(), hostInput, x.bytes(), cudart.cudaMemcpyHostToDevice,
+     *         new CUstream_st(model.cudaStream()));
+     * model.step(state, x, y);   // sees the copied input: same stream, no cudaStreamSynchronize needed
+     * }</pre>
+     *
+     * @throws IllegalStateException for a CPU model (it has no stream) or a closed one
+     */
+    public Pointer cudaStream() {
+        if (!device.isCuda()) throw new IllegalStateException("a CPU model has no CUDA stream");
+        return guard.get(peer::cudaStream);
     }
 
     /** A zeroed state for {@code batch} independent sequences. Close it when done. */

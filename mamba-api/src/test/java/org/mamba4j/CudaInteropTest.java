@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import java.util.Random;
 import org.bytedeco.cuda.cublas.cublasContext;
+import org.bytedeco.cuda.cudart.CUstream_st;
 import org.bytedeco.cuda.global.cublas;
 import org.bytedeco.cuda.global.cudart;
 import org.bytedeco.javacpp.FloatPointer;
@@ -96,14 +97,59 @@ class CudaInteropTest {
         }
     }
 
+    /**
+     * Work queued on the model's own stream is ordered with the model's calls with no host synchronisation in
+     * between: an asynchronous copy into the input, then a step, then cuBLAS scaling the output on the same stream.
+     */
     @Test
-    void cublasChangesATensorInPlace() {
+    void workOnTheModelsStreamIsOrderedWithItsCalls() {
+        loadCublas();
+        Random rng = new Random(5);
+        int batch = 3;
+        cublasContext handle = new cublasContext();
+        checkBlas(cublas.cublasCreate_v2(handle), "cublasCreate");
+        try (MambaModel model = MambaModel.builder(Mamba1Config.defaults()).inputDim(64).device(Device.cuda(0)).seed(6).build();
+             MambaState tensorState = model.newState(batch);
+             MambaState arrayState = model.newState(batch);
+             Tensor x = Tensor.allocate(Device.cuda(0), DType.F32, batch, model.inputWidth());
+             Tensor y = Tensor.allocate(Device.cuda(0), DType.F32, batch, model.outputWidth());
+             FloatPointer three = new FloatPointer(3f)) {
+            CUstream_st stream = new CUstream_st(model.cudaStream());
+            assertTrue(!stream.isNull(), "a CUDA model has a stream");
+            assertEquals(model.cudaStream().address(), model.cudaStream().address(), "the same stream every time");
+            checkBlas(cublas.cublasSetStream_v2(handle, stream), "cublasSetStream");
+            for (int step = 0; step < 3; step++) {
+                float[] in = random(rng, batch * model.inputWidth());
+                try (FloatPointer host = new FloatPointer(in)) {
+                    check(cudart.cudaMemcpyAsync(x.pointer(), host, x.bytes(), cudart.cudaMemcpyHostToDevice, stream),
+                            "cudaMemcpyAsync x");
+                    model.step(tensorState, x, y);      // no synchronisation between the copy and the step
+                }
+                checkBlas(cublas.cublasSscal_v2(handle, (int) y.size(), three, new FloatPointer(y.pointer()), 1), "sscal");
+                check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+                float[] expected = model.step(arrayState, in);
+                float[] got = y.toArray();
+                for (int i = 0; i < got.length; i++) got[i] /= 3f;
+                double rel = TestUtil.relL2(got, expected);
+                assertTrue(rel < 1e-6, "step " + step + ": rel L2 " + rel);
+            }
+        } finally {
+            cublas.cublasDestroy_v2(handle);
+        }
+    }
+
+    private static void loadCublas() {
         try {
             Loader.load(cublas.class);
         } catch (UnsatisfiedLinkError e) {
             fail("bytedeco's cuBLAS did not load (it needs libcublas.so.13: a CUDA 13 toolkit or libcublas package, or "
                     + "org.bytedeco:cuda:" + cudaPresetVersion() + ":linux-x86_64-redist): " + e.getMessage(), e);
         }
+    }
+
+    @Test
+    void cublasChangesATensorInPlace() {
+        loadCublas();
         Random rng = new Random(4);
         int n = 4096;
         float[] a = random(rng, n), b = random(rng, n);

@@ -47,6 +47,15 @@ class ModelApiTest {
     }
 
     @Test
+    void aCpuModelHasNoCudaStreamAndAClosedOneRefuses() {
+        MambaModel m = MambaModel.builder(Mamba1Config.defaults()).inputDim(4).device(Device.cpu()).seed(1).build();
+        IllegalStateException e = assertThrows(IllegalStateException.class, m::cudaStream);
+        assertTrue(e.getMessage().contains("CPU model has no CUDA stream"), e.getMessage());
+        m.close();
+        assertThrows(IllegalStateException.class, m::cudaStream);
+    }
+
+    @Test
     void wrongShapesThrowClearExceptions() {
         try (MambaModel m = MambaModel.builder(Mamba1Config.builder().dModel(16).layers(1).build()).inputDim(4).build();
              MambaState s = m.newState(2);

@@ -75,6 +75,11 @@ final class FinetuneCommand implements Callable<Integer> {
             description = "Clip the global gradient norm to NORM; 0 = off (default: ${DEFAULT-VALUE})")
     double clip;
 
+    @Option(names = "--curve", defaultValue = "training-curve.png", paramLabel = "NAME",
+            description = "The training curve (loss and next-token accuracy per step), a PNG written into the output folder;"
+                    + " \"none\" skips it (default: ${DEFAULT-VALUE})")
+    String curve;
+
     @Option(names = "--seed", defaultValue = "0", paramLabel = "N", description = "Order of the windows: same seed, same run (default: ${DEFAULT-VALUE})")
     long seed;
 
@@ -108,6 +113,8 @@ final class FinetuneCommand implements Callable<Integer> {
                 throw new IllegalArgumentException("this build cannot train on " + lm.model().device());
             int[] ids = new int[batch * seqLen], targets = new int[batch * seqLen];
             double first = Double.NaN, last = Double.NaN;
+            LossCurve lossCurve = new LossCurve("finetune " + model.model.getFileName() + " (B " + batch + " x T " + seqLen
+                    + ", lr " + lr + ")", steps);
             long start = System.nanoTime();
             try (Trainer trainer = Trainer.builder(lm.model()).batch(batch).seqLen(seqLen)
                     .adamW(AdamW.ofLearningRate(lr).weightDecay(weightDecay)).clipGradNorm(clip).build()) {
@@ -121,19 +128,21 @@ final class FinetuneCommand implements Callable<Integer> {
                         progress.finish();
                         throw new IllegalStateException("the loss is " + last + " at step " + s + ": lower --lr (nothing was written)");
                     }
+                    lossCurve.add(s, last, r.accuracy());
                     progress.update(s, last, (long) s * batch * seqLen);
                 }
                 progress.finish();
             }
             double secs = (System.nanoTime() - start) / 1e9;
             long trained = (long) steps * batch * seqLen;
-            write(lm, target);
+            write(lm, target, lossCurve);
             out.printf("fine-tuned %s: %d steps of %d x %d tokens (%,d tokens of data in %d windows, seed %d)%n",
                     model.model.getFileName(), steps, batch, seqLen, tokens.length, windows.count(), seed);
             out.printf("loss:  %.4f (first step) -> %.4f (last step)%n", first, last);
             out.printf("speed: %,.0f tokens/s (%,d tokens in %.1f s on %s, %s)%n", trained / Math.max(secs, 1e-9), trained, secs,
                     lm.model().device(), lm.model().dtype());
-            out.printf("wrote %s (official state-spaces layout)%n", output);
+            out.printf("wrote %s (official state-spaces layout)%s%n", output,
+                    writesCurve() ? ", training curve " + output.resolve(curve) : "");
         }
         return 0;
     }
@@ -146,8 +155,14 @@ final class FinetuneCommand implements Callable<Integer> {
         if (!(weightDecay >= 0) || Double.isInfinite(weightDecay)) throw usage("--weight-decay must be >= 0 (got " + weightDecay + ")");
         if (!(clip >= 0) || Double.isInfinite(clip)) throw usage("--clip must be >= 0 (got " + clip + ")");
         if ((long) batch * seqLen > Integer.MAX_VALUE) throw usage("--batch x --seq-len is too large");
+        if (writesCurve() && (!curve.endsWith(".png") || curve.contains("/") || curve.contains("\\") || curve.startsWith(".")))
+            throw usage("--curve must be a file name ending in .png (it is written into the output folder) or none (got " + curve + ")");
         model.device();
         model.dtype();
+    }
+
+    private boolean writesCurve() {
+        return !"none".equals(curve);
     }
 
     private ParameterException usage(String message) {
@@ -187,7 +202,7 @@ final class FinetuneCommand implements Callable<Integer> {
     }
 
     /** Writes the folder next to {@code target} under a temporary name, then renames it into place. */
-    private void write(MambaLM lm, Path target) {
+    private void write(MambaLM lm, Path target, LossCurve lossCurve) {
         Path parent = target.getParent();
         Path tmp;
         try {
@@ -199,6 +214,7 @@ final class FinetuneCommand implements Callable<Integer> {
         try {
             lm.saveOfficial(tmp);
             ConvertCommand.copyTokenizer(model.model, tmp);
+            if (writesCurve()) lossCurve.writePng(tmp.resolve(curve));
             requireFreeOutput(target);
             try {
                 Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE);  // rename(2): replaces an empty folder

@@ -72,6 +72,8 @@ class FinetuneCommandTest {
             assertTrue(r[1].contains("step 40/40: loss") && r[1].contains("tokens/s"), "plain progress lines: " + r[1]);
             assertTrue(r[1].indexOf('\r') < 0 && r[1].indexOf('\u001b') < 0, "no \\r or ESC when not a terminal");
             assertTrue(Files.isRegularFile(out.resolve("tokenizer.json")), "tokenizer copied along");
+            assertTrue(r[0].contains("training curve " + out.resolve("training-curve.png")), r[0]);
+            assertIsAChart(out.resolve("training-curve.png"));
             try (Stream<Path> s = Files.list(dir)) {
                 assertTrue(s.noneMatch(p -> p.getFileName().toString().contains(".tmp-")), "no temporary folder left");
             }
@@ -88,6 +90,29 @@ class FinetuneCommandTest {
             String[] g = run(0, "generate", "--model", out.toString(), "--prompt", "hello", "-n", "3");
             assertTrue(g[0].startsWith("hello"), g[0]);
         }
+    }
+
+    /** A real PNG with plotted content: ImageIO reads it, 1000 × 560, lines and text in several colours. */
+    private static void assertIsAChart(Path png) throws java.io.IOException {
+        java.awt.image.BufferedImage image = javax.imageio.ImageIO.read(png.toFile());
+        assertTrue(image != null, "ImageIO reads " + png);
+        assertEquals(1000, image.getWidth());
+        assertEquals(560, image.getHeight());
+        java.util.Set<Integer> colours = new java.util.HashSet<>();
+        for (int y = 0; y < image.getHeight(); y += 2)
+            for (int x = 0; x < image.getWidth(); x += 2) colours.add(image.getRGB(x, y));
+        assertTrue(colours.size() > 16, "not a blank canvas: " + colours.size() + " colours");
+    }
+
+    @Test
+    void curveNoneWritesNoChartAndABadNameIsAUsageError() {
+        Path out = dir.resolve("no-curve");
+        String[] r = finetune(0, mamba1, text, out, "--steps", "2", "--lr", "1e-3", "--curve", "none");
+        assertFalse(Files.exists(out.resolve("training-curve.png")), r[0]);
+        assertFalse(r[0].contains("training curve"), r[0]);
+        String[] bad = finetune(2, mamba1, text, dir.resolve("bad-curve"), "--steps", "2", "--curve", "../x.png");
+        assertTrue(bad[1].contains("--curve must be a file name ending in .png"), bad[1]);
+        assertFalse(Files.exists(dir.resolve("bad-curve")), "nothing written");
     }
 
     @Test

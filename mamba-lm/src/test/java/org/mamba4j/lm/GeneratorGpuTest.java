@@ -22,6 +22,13 @@ import org.mamba4j.GemmMode;
  */
 @Tag("gpu")
 class GeneratorGpuTest {
+    /**
+     * Tokens must equal the solo runs exactly; the logits are compared with a full-sequence forward, whose CUDA scan
+     * may differ from decode steps in the last bits (the H200 run of 2026-12-01: -0.44521523 vs -0.445215 at one
+     * step), so within the prefill-vs-steps tolerance of GpuInferenceTest.
+     */
+    private static final double FORWARD_TOLERANCE = 1e-5;
+
     @BeforeAll
     static void needsGpu() {
         Assumptions.assumeTrue(Device.cudaCount() > 0, () -> "no CUDA device: " + Device.cudaUnavailableReason());
@@ -30,10 +37,10 @@ class GeneratorGpuTest {
     @Test
     void deterministicRequestsEqualTheirSoloRunsBitForBit() throws Exception {
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cuda(0), GemmMode.DETERMINISTIC, false)) {
-            GeneratorTest.everyRequestEqualsItsSoloRun(lm, 40, 8);
+            GeneratorTest.everyRequestEqualsItsSoloRun(lm, 40, 8, FORWARD_TOLERANCE);
         }
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba3(), Device.cuda(0), GemmMode.DETERMINISTIC, false)) {
-            GeneratorTest.everyRequestEqualsItsSoloRun(lm, 24, 4);
+            GeneratorTest.everyRequestEqualsItsSoloRun(lm, 24, 4, FORWARD_TOLERANCE);
         }
     }
 
