@@ -308,7 +308,9 @@ MAMBA_API bool trainingSupported(int device);
  * Trains a Model's own weights in place: a training forward over [batch, seqLen] that keeps an activation
  * tape, backpropagation through time, gradient accumulation, global-norm clipping and AdamW. Optionally
  * owns a linear head [vocab, d_model] + bias for softmax cross-entropy. Each sequence starts from a zero
- * state unless burnIn/setStartState prepared one for the next forward; the start state gets no gradient.
+ * state unless burnIn/setStartState prepared one for the next forward; the start state gets a gradient only
+ * with setStateGradients(true) (truncated BPTT otherwise), and setEndStateGradient lets a gradient flow back
+ * from the next window, so a long stream trains window by window exactly as one backward through time.
  * A language model (vocab_size > 0) trains on token ids with its own lm_head: stepTokens / evalTokens.
  *
  * Trainable tensors are indexed like the Model's parameters, then (with a head) lm_head.weight and
@@ -361,6 +363,21 @@ public:
     void setStartState(const State& state);
     /** Copies the state reached at the end of the last forward into `state`. */
     void readEndState(State& state) const;
+    /**
+     * With on, every backward also computes ∂L/∂(the state its forward started from) — every part of the state
+     * row the forward reads (Mamba-1: conv history and h; Mamba-3: S, k_prev, v_prev and the angles) — for
+     * readStartStateGradient. Off (default): that gradient is dropped (truncated BPTT), the cheaper backward.
+     */
+    void setStateGradients(bool on);
+    bool stateGradients() const;
+    /**
+     * The next backward (any kind) treats `gradient` (a State of this model with batch rows, the state's row
+     * layout) as ∂L/∂(the state its forward ended in), added to what flows back through time, in the same
+     * scale as that backward's output gradient (e.g. the start-state gradient of the following window). Once.
+     */
+    void setEndStateGradient(const State& gradient);
+    /** ∂L/∂(start state) of the last backward, in the state's row layout (needs setStateGradients(true)). */
+    void readStartStateGradient(State& into) const;
 
     /** Training forward: x [batch, seqLen, inputWidth] → y [batch, seqLen, d_model]; keeps the tape. */
     void forward(const float* x, int64_t xLength, float* y, int64_t yLength);

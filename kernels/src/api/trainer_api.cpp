@@ -217,6 +217,19 @@ void Trainer::readEndState(State& state) const {
     impl_->readEndState(*state.impl());
 }
 
+void Trainer::setStateGradients(bool on) { impl_->setStateGradients(on); }
+bool Trainer::stateGradients() const { return impl_->state_grads; }
+
+void Trainer::setEndStateGradient(const State& gradient) {
+    checkStateRows(*impl_, *gradient.impl());
+    impl_->setEndStateGradient(*gradient.impl());
+}
+
+void Trainer::readStartStateGradient(State& into) const {
+    checkStateRows(*impl_, *into.impl());
+    impl_->readStartStateGradient(*into.impl());
+}
+
 void Trainer::forward(const float* x, int64_t xLength, float* y, int64_t yLength) {
     Impl& t = *impl_;
     const int64_t n = t.R * t.model.backbone.dims.d_model;

@@ -87,8 +87,13 @@ void TrainerRuntime::backward() {
     have_tape = false;
     TrainerReplica& r = replica;
     const WeightView w = model.weights();
-    r.runner.backward(ops, w, r.masterView(w.derived), r.dy_stage.data(), r.grads.data(), r.dx_stage.data());
+    const float* dEnd = end_grad_pending ? r.end_grad.data() : nullptr;
+    float* dStart = state_grads ? r.start_grad.data() : nullptr;
+    end_grad_pending = false;
+    r.runner.backward(ops, w, r.masterView(w.derived), r.dy_stage.data(), r.grads.data(), r.dx_stage.data(), dEnd,
+                      dStart);
     have_dx = true;
+    have_start_grad = dStart != nullptr;
 }
 
 void TrainerRuntime::zeroGrad() {
@@ -173,6 +178,17 @@ void TrainerRuntime::setStartState(const StateImpl& s) {
 void TrainerRuntime::readEndState(StateImpl& s) const {
     if (!have_end) failState("no forward has run yet");
     ops.copy(s.data.data(), replica.work_state.data(), model.backbone.dims.row_state * B);
+}
+
+void TrainerRuntime::setEndStateGradient(const StateImpl& g) {
+    ops.copy(replica.end_grad.data(), g.data.data(), model.backbone.dims.row_state * B);
+    end_grad_pending = true;
+}
+
+void TrainerRuntime::readStartStateGradient(StateImpl& into) const {
+    if (!state_grads) failState("state gradients are off: turn them on (setStateGradients) before the backward");
+    if (!have_start_grad) failState("no backward has run since state gradients were turned on");
+    ops.copy(into.data.data(), replica.start_grad.data(), model.backbone.dims.row_state * B);
 }
 
 double TrainerRuntime::mse(float scale) {

@@ -53,6 +53,17 @@ public:
     void setStartState(const StateImpl& s);
     void readEndState(StateImpl& s) const;
 
+    // ---- state carry with gradients (truncated BPTT over windows of a long stream) ----
+    /** Whether each backward writes ∂L/∂(its forward's start state) (off: dropped, the fastest backward). */
+    void setStateGradients(bool on) {
+        state_grads = on;
+        have_start_grad = have_start_grad && on;
+    }
+    /** The next backward adds ∂L/∂(end state) = g (the same scale as its dy) to the backward through time. Once. */
+    void setEndStateGradient(const StateImpl& g);
+    /** ∂L/∂(start state) of the last backward (times its scale). */
+    void readStartStateGradient(StateImpl& into) const;
+
     /** Records a fused loss as reported (float): a NaN or infinite one marks the accumulated gradient as unusable. */
     void noteLoss(double loss);
 
@@ -87,6 +98,7 @@ public:
     int64_t steps = 0;
     bool nonfinite_loss = false;  // set by noteLoss, cleared with the gradients
     bool start_pending = false, have_tape = false, have_dx = false, have_end = false;
+    bool state_grads = false, end_grad_pending = false, have_start_grad = false;
 };
 
 }  // namespace mamba

@@ -643,7 +643,7 @@ Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int 
     float* ddw = A->put(dw0);
     float* ddb = A->put(db0);
     const ConvBackwardArgs a{A->put(s.x), s.ldx, A->put(s.hist), s.hstride, A->put(s.w), A->put(s.bias), A->put(du),
-                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K};
+                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K, nullptr, nullptr, 0};
     p.call = [&ops, a] { ops.convSiluBackward(a); };
     Vec wantX, wantW = toDouble(dw0), wantB = toDouble(db0);
     ref::convSiluBackward(s.prob(), dense(du, R, s.ldu, C), wantX, wantW, wantB);
@@ -848,7 +848,7 @@ Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, i
     float *ddt = A->poisoned(R * C), *ddbc = A->poisoned(R * lddbc), *ddu = A->poisoned(R * C),
           *ddz = A->poisoned(R * lddz), *ddal = A->put(dal0), *ddd = A->put(dd0);
     const ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
-                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N};
+                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N, nullptr, nullptr, 0};
     p.call = [&ops, a] { ops.selectiveScanBackward(a); };
     const ref::ScanGrads g = ref::selectiveScanBackward(s.prob, toDouble(doutv));
     Vec wantBC(static_cast<size_t>(R * 2 * N)), wantAl = toDouble(dal0), wantD = toDouble(dd0);

@@ -199,6 +199,7 @@ public:
     }
 
     void convSiluBackward(const ConvBackwardArgs& c) override {
+        if (c.dhistory || c.dhistory_end) throw std::invalid_argument("refops: no state-carry gradients");
         const int K = c.width, H = K - 1, T = c.steps;
         std::vector<float> dc(static_cast<size_t>(T));
         for (int b = 0; b < c.batch; ++b)
@@ -316,6 +317,7 @@ public:
 
     /** Recomputes every state of a row from its first checkpoint, then runs §4 backwards per head. */
     void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override {
+        if (a.dstate || a.dstate_end) throw std::invalid_argument("refops: no state-carry gradients");
         const Mamba3ScanArgs& s = a.fwd;
         const int T = s.steps, H = s.nheads, P = s.headdim, N = s.d_state, NA = s.nangles, E = s.dInner();
         const int G = s.ngroups, hpg = H / G;
@@ -452,6 +454,7 @@ public:
     }
 
     void selectiveScanBackward(const ScanBackwardArgs& s) override {
+        if (s.dh_start || s.dh_end) throw std::invalid_argument("refops: no state-carry gradients");
         const int T = s.steps, C = s.channels, N = s.d_state, K = s.chunk;
         const int chunks = (T + K - 1) / K;
         const int64_t R = static_cast<int64_t>(s.batch) * T;

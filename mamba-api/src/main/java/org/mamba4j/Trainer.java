@@ -31,7 +31,14 @@ import org.mamba4j.nativ.global.libmamba;
  * <p><b>Shapes.</b> Every call works on one batch of {@link #batch()} sequences of {@link #seqLen()} steps:
  * inputs {@code [B, T, inputWidth]}, outputs and output gradients {@code [B, T, dModel]}, all row-major.
  * Each sequence starts from a zero recurrent state unless {@link #burnIn} or {@link #startFrom} prepared
- * one for the next forward; the start state receives no gradient (truncated BPTT).
+ * one for the next forward; the start state receives no gradient (truncated BPTT) unless
+ * {@link #setStateGradients} asks for it.
+ *
+ * <p><b>Long streams, window by window.</b> {@link #startFrom} the end state of the previous window
+ * ({@link #readEndState}) carries the state across windows; {@link #setStateGradients} exposes the start state's
+ * gradient ({@link #readStartStateGradient}), and {@link #setEndStateGradient} feeds the next window's start-state
+ * gradient back into a window's backward, so the gradients of a whole stream can be computed exactly as one
+ * backward through time over all windows, or truncated at any window boundary.
  *
  * <p><b>Gradients.</b> Backward calls add to the accumulated gradient; an optimizer step clips the whole
  * gradient vector to {@link Builder#clipGradNorm} (reporting the pre-clip norm), runs AdamW and clears it.
@@ -404,6 +411,61 @@ public final class Trainer implements AutoCloseable {
     public void readEndState(MambaState state) {
         checkState(state);
         guard.run(() -> peer.readEndState(state.peer()), state.guard());
+    }
+
+    // ---- state carry with gradients ----
+
+    /**
+     * Turns on (or off) the gradient with respect to the start state: every later backward (fused or split, every
+     * loss) also computes ∂L/∂(the state its forward started from), read with {@link #readStartStateGradient}. Off
+     * by default: the start state is then a constant (truncated BPTT) and the backward skips that work (on a CUDA
+     * device a Mamba-3 backward with state gradients runs the sequential kernels, not the chunked ones).
+     */
+    public void setStateGradients(boolean on) {
+        guard.run(() -> peer.setStateGradients(on));
+    }
+
+    /** Whether backward computes the start state's gradient ({@link #setStateGradients}). */
+    public boolean stateGradients() {
+        return guard.get(peer::stateGradients);
+    }
+
+    /**
+     * The next backward treats {@code gradient} as ∂L/∂(the state its forward ended in) and lets it flow back through
+     * the window, in the scale of that backward's output gradient. Typically the start-state gradient of the
+     * following window: re-running window k's forward from its start and backward with window k+1's start-state
+     * gradient gives exactly the gradients of one backward through time over both windows. {@code gradient} is a
+     * state of this model with {@link #batch()} rows holding gradient values in the state's row layout
+     * ({@link MambaState}). Applies to one backward.
+     */
+    public void setEndStateGradient(MambaState gradient) {
+        checkState(gradient);
+        guard.run(() -> peer.setEndStateGradient(gradient.peer()), gradient.guard());
+    }
+
+    /**
+     * Writes ∂L/∂(start state) of the last backward (times its scale) into {@code into}, in the state's row layout:
+     * per row and layer, Mamba-1: the conv history's gradient then h's; Mamba-3: S, k_prev, v_prev, the angles.
+     * Needs {@link #setStateGradients setStateGradients(true)} before that backward.
+     */
+    public void readStartStateGradient(MambaState into) {
+        checkState(into);
+        guard.run(() -> peer.readStartStateGradient(into.peer()), into.guard());
+    }
+
+    /** As {@link #readStartStateGradient(MambaState)}, as a new array [B, {@link MambaState#rowSize()}]. */
+    public float[] startStateGradient() {
+        try (MambaState g = model.newState(batch)) {
+            readStartStateGradient(g);
+            int n = g.rowSize();
+            float[] out = new float[batch * n];
+            float[] row = new float[n];
+            for (int b = 0; b < batch; b++) {
+                g.readRow(b, row);
+                System.arraycopy(row, 0, out, b * n, n);
+            }
+            return out;
+        }
     }
 
     // ---- optimizer ----
