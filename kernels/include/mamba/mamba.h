@@ -299,6 +299,22 @@ struct MAMBA_API StepStats {
     float loss = 0.f;           // mean over the counted targets of this micro-batch
     float accuracy = 0.f;       // cross-entropy: fraction of counted positions whose argmax is the target
     int64_t counted = 0;        // targets counted (cross-entropy: positions not ignored; MSE: elements)
+    float loss_scale = 1.f;     // the loss scale this call's gradients were computed with (1 without a scaler)
+};
+
+/**
+ * Dynamic loss scaling with torch.cuda.amp.GradScaler semantics: every backward's output gradient (and an end-state
+ * gradient) is multiplied by the current scale; the optimizer step divides the gradients by it (inside AdamW, after
+ * the global norm is taken of the unscaled gradient). A step whose gradient norm (or fused loss) is NaN or infinite is
+ * skipped — weights, moments and step count unchanged, gradients discarded, as without a scaler — and the scale is
+ * multiplied by backoff_factor; after growth_interval applied steps in a row it is multiplied by growth_factor.
+ */
+struct MAMBA_API LossScalerConfig {
+    bool enabled = false;
+    float init_scale = 65536.f;   // 2^16
+    float growth_factor = 2.f;    // > 1
+    float backoff_factor = 0.5f;  // in (0, 1)
+    int32_t growth_interval = 2000;
 };
 
 /** Whether backward/optimizer stages exist for a device code (DEVICE_CPU or a CUDA ordinal). */
@@ -334,6 +350,17 @@ public:
     /** Clips the global gradient norm to maxNorm before each optimizer step; <= 0 disables (default). */
     void setClipGradNorm(float maxNorm);
     float clipGradNorm() const;
+    /**
+     * Turns dynamic loss scaling on (config.enabled) or off; the scale restarts at init_scale with no clean steps
+     * counted. Change it only between optimizer steps (accumulated gradients carry the scale they were made with).
+     */
+    void setLossScaler(const LossScalerConfig& config);
+    LossScalerConfig lossScaler() const;
+    /** The scale of the next backward (1 without a scaler) and the applied steps in a row since it last changed. */
+    float lossScale() const;
+    int64_t lossScalerCleanSteps() const;
+    /** Restores a scaler's state (e.g. on resume): scale finite and > 0, cleanSteps >= 0. */
+    void setLossScalerState(float scale, int64_t cleanSteps);
 
     /** Adds a linear head [vocab, d_model] + bias (U(±1/√d_model), bias 0) for cross-entropy. Once. */
     void addHead(int vocab, int64_t seed);

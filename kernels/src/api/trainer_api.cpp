@@ -53,7 +53,8 @@ public:
         requireLength("output gradient", dyLength, n);
         checkScale(scale);
         ops.upload(replica.dy_stage.data(), dy, n);
-        if (scale != 1.f) ops.scale(replica.dy_stage.data(), n, scale);
+        const float seed = seedScale(scale);
+        if (seed != 1.f) ops.scale(replica.dy_stage.data(), n, seed);
     }
     int64_t checkTargets(const int* t, int64_t length, int ignoreIndex) {
         requireFeatures("stepCrossEntropy/evalCrossEntropy");
@@ -132,6 +133,30 @@ void Trainer::setClipGradNorm(float maxNorm) {
     impl_->clip = maxNorm > 0.f ? maxNorm : 0.f;
 }
 float Trainer::clipGradNorm() const { return impl_->clip; }
+
+void Trainer::setLossScaler(const LossScalerConfig& c) {
+    if (c.enabled) {
+        require(std::isfinite(c.init_scale) && c.init_scale > 0.f,
+                "loss scaler init_scale = " + std::to_string(c.init_scale) + " must be finite and > 0");
+        require(std::isfinite(c.growth_factor) && c.growth_factor > 1.f,
+                "loss scaler growth_factor = " + std::to_string(c.growth_factor) + " must be finite and > 1");
+        require(c.backoff_factor > 0.f && c.backoff_factor < 1.f,
+                "loss scaler backoff_factor = " + std::to_string(c.backoff_factor) + " must be in (0, 1)");
+        require(c.growth_interval >= 1,
+                "loss scaler growth_interval = " + std::to_string(c.growth_interval) + " must be >= 1");
+    }
+    impl_->setLossScaler(c);
+}
+LossScalerConfig Trainer::lossScaler() const { return impl_->scaler; }
+float Trainer::lossScale() const { return impl_->loss_scale; }
+int64_t Trainer::lossScalerCleanSteps() const { return impl_->clean_steps; }
+void Trainer::setLossScalerState(float scale, int64_t cleanSteps) {
+    if (!impl_->scaler.enabled) failState("no loss scaler is set");
+    require(std::isfinite(scale) && scale > 0.f, "loss scale = " + std::to_string(scale) + " must be finite and > 0");
+    require(cleanSteps >= 0, "clean steps = " + std::to_string(cleanSteps) + " must be >= 0");
+    impl_->loss_scale = scale;
+    impl_->clean_steps = cleanSteps;
+}
 
 void Trainer::addHead(int vocab, int64_t seed) {
     if (impl_->head) failState("the trainer already has a head");
@@ -270,7 +295,7 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
     t.replica.target_stage.ensure(t.ops, n);
     t.ops.upload(t.replica.target_stage.data(), target, n);
     t.forward();
-    const double loss = t.mse(scale);
+    const double loss = t.mse(t.seedScale(scale));
     t.noteLoss(loss);
     t.backward();
     StepStats st = t.finish(apply);
@@ -288,7 +313,8 @@ StepStats Trainer::stepCrossEntropy(const float* x, int64_t xLength, const int* 
     t.stageX(x, xLength);
     t.forward();
     StepStats loss;
-    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, scale, true, counted, loss, t.model.trainingMode());
+    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, t.seedScale(scale), true, counted, loss,
+                 t.model.trainingMode());
     t.head->backward(t.ops, t.replica.y_stage.data(), t.R, t.replica.dy_stage.data());
     t.noteLoss(loss.loss);
     t.backward();
@@ -327,7 +353,7 @@ StepStats Trainer::stepTokens(const int32_t* ids, int64_t idsLength, const int32
     checkScale(scale);
     const int64_t counted = t.checkTokens(ids, idsLength, targets, targetsLength, ignoreIndex);
     t.forward();
-    const StepStats loss = t.lmLoss(ignoreIndex, scale, true, counted);
+    const StepStats loss = t.lmLoss(ignoreIndex, t.seedScale(scale), true, counted);
     t.noteLoss(loss.loss);
     t.backward();
     t.have_dx = false;
@@ -367,7 +393,7 @@ StepStats Trainer::backwardLogits(const float* dlogits, int64_t dlogitsLength, f
     checkScale(scale);
     if (!t.have_tape) failState("backwardLogits needs a forwardTokens first (each forward allows one backward)");
     const WeightView w = t.model.weights();
-    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, scale,
+    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, t.seedScale(scale),
                                 t.replica.grads.data(), t.replica.dy_stage.data());
     t.backward();
     t.have_dx = false;

@@ -87,6 +87,8 @@ void TrainerRuntime::backward() {
     have_tape = false;
     TrainerReplica& r = replica;
     const WeightView w = model.weights();
+    const int64_t n = model.backbone.dims.row_state * B;
+    if (end_grad_pending && loss_scale != 1.f) ops.scale(r.end_grad.data(), n, loss_scale);  // the seed's scale
     const float* dEnd = end_grad_pending ? r.end_grad.data() : nullptr;
     float* dStart = state_grads ? r.start_grad.data() : nullptr;
     end_grad_pending = false;
@@ -94,6 +96,7 @@ void TrainerRuntime::backward() {
                       dStart);
     have_dx = true;
     have_start_grad = dStart != nullptr;
+    start_grad_scale = loss_scale;
 }
 
 void TrainerRuntime::zeroGrad() {
@@ -111,6 +114,7 @@ StepStats TrainerRuntime::pending() const {
     StepStats st;
     st.step = steps;
     st.learning_rate = opt.lr;
+    st.loss_scale = loss_scale;
     return st;
 }
 
@@ -119,10 +123,14 @@ StepStats TrainerRuntime::optimizerStep() {
     // The global norm over every trainable tensor (the flat buffers' alignment padding stays zero).
     double ss = ops.sumOfSquares(replica.grads.data(), replica.grads.size());
     if (head) ss += ops.sumOfSquares(head->g.data(), head->g.size());
-    const double norm = std::sqrt(ss);
+    const double norm = std::sqrt(ss) / loss_scale;  // of the unscaled gradient (a power-of-two scale: exact)
     st.grad_norm = static_cast<float>(norm);
     if (!std::isfinite(norm) || nonfinite_loss) {  // a diverged step: skip it rather than poison the weights
         zeroGrad();
+        if (scaler.enabled) {  // overflow under the scale (or a diverged loss): back off
+            loss_scale *= scaler.backoff_factor;
+            clean_steps = 0;
+        }
         return st;
     }
     ++steps;
@@ -134,6 +142,7 @@ StepStats TrainerRuntime::optimizerStep() {
     a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta1), static_cast<double>(steps)));
     a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta2), static_cast<double>(steps)));
     a.grad_scale = clip > 0.f && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.f;
+    a.grad_scale /= loss_scale;  // unscale inside AdamW (exact for powers of two)
     for (int i = 0; i < paramCount(); ++i) {
         const Slot s = slot(i);
         a.weight_decay = decay[i] ? opt.weight_decay : 0.f;
@@ -143,7 +152,18 @@ StepStats TrainerRuntime::optimizerStep() {
     zeroGrad();
     st.step = steps;
     st.applied = true;
+    if (scaler.enabled && ++clean_steps >= scaler.growth_interval) {
+        const float grown = loss_scale * scaler.growth_factor;
+        if (std::isfinite(grown)) loss_scale = grown;  // as GradScaler: never grow into infinity
+        clean_steps = 0;
+    }
     return st;
+}
+
+void TrainerRuntime::setLossScaler(const LossScalerConfig& c) {
+    scaler = c;
+    loss_scale = c.enabled ? c.init_scale : 1.f;
+    clean_steps = 0;
 }
 
 void TrainerRuntime::burnIn(const float* x, int nSteps) {
@@ -188,7 +208,9 @@ void TrainerRuntime::setEndStateGradient(const StateImpl& g) {
 void TrainerRuntime::readStartStateGradient(StateImpl& into) const {
     if (!state_grads) failState("state gradients are off: turn them on (setStateGradients) before the backward");
     if (!have_start_grad) failState("no backward has run since state gradients were turned on");
-    ops.copy(into.data.data(), replica.start_grad.data(), model.backbone.dims.row_state * B);
+    const int64_t n = model.backbone.dims.row_state * B;
+    ops.copy(into.data.data(), replica.start_grad.data(), n);
+    if (start_grad_scale != 1.f) ops.scale(into.data.data(), n, 1.f / start_grad_scale);  // in the loss's own units
 }
 
 double TrainerRuntime::mse(float scale) {

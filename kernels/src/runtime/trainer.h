@@ -64,6 +64,11 @@ public:
     /** ∂L/∂(start state) of the last backward (times its scale). */
     void readStartStateGradient(StateImpl& into) const;
 
+    /** Installs a loss scaler (or none: config.enabled false); the scale restarts at init_scale. */
+    void setLossScaler(const LossScalerConfig& config);
+    /** The factor of a backward's output gradient: the caller's scale times the loss scale. */
+    float seedScale(float scale) const { return scale * loss_scale; }
+
     /** Records a fused loss as reported (float): a NaN or infinite one marks the accumulated gradient as unusable. */
     void noteLoss(double loss);
 
@@ -99,6 +104,10 @@ public:
     bool nonfinite_loss = false;  // set by noteLoss, cleared with the gradients
     bool start_pending = false, have_tape = false, have_dx = false, have_end = false;
     bool state_grads = false, end_grad_pending = false, have_start_grad = false;
+    float start_grad_scale = 1.f;  // the loss scale of the backward that wrote start_grad
+    LossScalerConfig scaler;
+    float loss_scale = 1.f;        // 1 while the scaler is off
+    int64_t clean_steps = 0;       // applied optimizer steps since the scale last changed
 };
 
 }  // namespace mamba

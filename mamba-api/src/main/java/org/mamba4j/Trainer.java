@@ -108,6 +108,7 @@ public final class Trainer implements AutoCloseable {
     private final LearningRateSchedule schedule;
     private final NativeGuard guard;
     private volatile AdamW adamW;
+    private final LossScaler lossScaler;
 
     private Trainer(Builder b) {
         this.model = b.model;
@@ -140,7 +141,17 @@ public final class Trainer implements AutoCloseable {
             guard.run(() -> {
                 applyAdamW(adamW, decay);
                 peer.setClipGradNorm((float) b.clip);
+                if (b.lossScaler != null) {
+                    try (org.mamba4j.nativ.LossScalerConfig c = new org.mamba4j.nativ.LossScalerConfig()) {
+                        c.enabled(true).init_scale((float) b.lossScaler.initScale())
+                                .growth_factor((float) b.lossScaler.growthFactor())
+                                .backoff_factor((float) b.lossScaler.backoffFactor())
+                                .growth_interval(b.lossScaler.growthInterval());
+                        peer.setLossScaler(c);
+                    }
+                }
             });
+            this.lossScaler = b.lossScaler;
         } catch (RuntimeException e) {
             guard.close();
             throw e;
@@ -370,7 +381,10 @@ public final class Trainer implements AutoCloseable {
         return dx;
     }
 
-    /** The accumulated gradient of one trainable tensor (zero right after an optimizer step). */
+    /**
+     * The accumulated gradient of one trainable tensor (zero right after an optimizer step); with a
+     * {@link LossScaler}, times the loss scale.
+     */
     public float[] gradient(String name) {
         int i = index(name);
         float[] g = new float[Math.toIntExact(sizes[i])];
@@ -411,6 +425,32 @@ public final class Trainer implements AutoCloseable {
     public void readEndState(MambaState state) {
         checkState(state);
         guard.run(() -> peer.readEndState(state.peer()), state.guard());
+    }
+
+    // ---- loss scaling ----
+
+    /** The loss scaler of {@link Builder#lossScaler}, or null. */
+    public LossScaler lossScaler() {
+        return lossScaler;
+    }
+
+    /** The scale of the next backward's gradients (1 without a loss scaler). */
+    public double lossScale() {
+        return guard.get(peer::lossScale);
+    }
+
+    /** Applied optimizer steps in a row since the loss scale last changed (0 without a loss scaler). */
+    public long lossScalerCleanSteps() {
+        return guard.get(peer::lossScalerCleanSteps);
+    }
+
+    /** Restores the loss scaler's state (e.g. on resume, from {@link #lossScale()} and {@link #lossScalerCleanSteps()}). */
+    public void restoreLossScaler(double scale, long cleanSteps) {
+        if (lossScaler == null) throw new IllegalStateException("this trainer has no loss scaler");
+        if (!(scale > 0) || Float.isInfinite((float) scale))
+            throw new IllegalArgumentException("loss scale " + scale + " must be finite and > 0");
+        if (cleanSteps < 0) throw new IllegalArgumentException("clean steps " + cleanSteps + " must be >= 0");
+        guard.run(() -> peer.setLossScalerState((float) scale, cleanSteps));
     }
 
     // ---- state carry with gradients ----
@@ -669,7 +709,8 @@ public final class Trainer implements AutoCloseable {
             boolean stepped = s.applied();
             return new StepResult(s.step(), stepped, apply && !stepped, apply ? s.grad_norm() : Double.NaN,
                     s.learning_rate(), s.has_loss() ? s.loss() : Double.NaN,
-                    s.has_loss() && crossEntropy ? s.accuracy() : Double.NaN, s.has_loss() ? s.counted() : 0);
+                    s.has_loss() && crossEntropy ? s.accuracy() : Double.NaN, s.has_loss() ? s.counted() : 0,
+                    s.loss_scale());
         }
     }
 
@@ -737,6 +778,7 @@ public final class Trainer implements AutoCloseable {
         private double clip = 0;
         private LearningRateSchedule schedule;
         private GemmMode gemmMode;
+        private LossScaler lossScaler;
 
         private Builder(MambaModel model) {
             this.model = Objects.requireNonNull(model, "model");
@@ -748,6 +790,15 @@ public final class Trainer implements AutoCloseable {
          */
         public Builder gemmMode(GemmMode mode) {
             this.gemmMode = Objects.requireNonNull(mode, "mode");
+            return this;
+        }
+
+        /**
+         * Dynamic loss scaling ({@link LossScaler#dynamic()}: GradScaler's semantics and defaults), for training with
+         * 16-bit arithmetic; any dtype accepts it. Default: none (scale 1).
+         */
+        public Builder lossScaler(LossScaler scaler) {
+            this.lossScaler = java.util.Objects.requireNonNull(scaler, "scaler");
             return this;
         }
 
