@@ -364,7 +364,16 @@ public:
 
     /** Adds a linear head [vocab, d_model] + bias (U(±1/√d_model), bias 0) for cross-entropy. Once. */
     void addHead(int vocab, int64_t seed);
+    /** The cross-entropy head's vocabulary, or 0 (none, or an output head). */
     int headVocab() const;
+    /**
+     * Adds a linear output head [width, d_model] + bias (U(±1/√d_model), bias 0; trainable tensors
+     * regression_head.weight / regression_head.bias): from then on forward, backward, step and stepMse work on its
+     * outputs y · Wᵀ + b, [batch, seqLen, width] (e.g. width 1 for a scalar target). Once, and not with addHead.
+     */
+    void addRegressionHead(int width, int64_t seed);
+    /** Floats per output position of forward/backward/step/stepMse: the output head's width, or d_model. */
+    int outputWidth() const;
 
     int paramCount() const;
     std::string paramName(int index) const;
@@ -406,10 +415,10 @@ public:
     /** ∂L/∂(start state) of the last backward, in the state's row layout (needs setStateGradients(true)). */
     void readStartStateGradient(State& into) const;
 
-    /** Training forward: x [batch, seqLen, inputWidth] → y [batch, seqLen, d_model]; keeps the tape. */
+    /** Training forward: x [batch, seqLen, inputWidth] → y [batch, seqLen, outputWidth()]; keeps the tape. */
     void forward(const float* x, int64_t xLength, float* y, int64_t yLength);
     /**
-     * Backward of the last forward with dy [batch, seqLen, d_model] multiplied by `scale`; gradients add
+     * Backward of the last forward with dy [batch, seqLen, outputWidth()] multiplied by `scale`; gradients add
      * up. With apply it then runs the optimizer step.
      */
     StepStats backward(const float* dy, int64_t dyLength, float scale, bool apply);
@@ -417,7 +426,7 @@ public:
     StepStats optimizerStep();
     /** forward + backward (+ optimizer step when apply); bit-identical to the split calls. */
     StepStats step(const float* x, int64_t xLength, const float* dy, int64_t dyLength, float scale, bool apply);
-    /** forward + mean-squared-error against target [batch, seqLen, d_model] + backward (+ step). */
+    /** forward + mean-squared-error against target [batch, seqLen, outputWidth()] + backward (+ step). */
     StepStats stepMse(const float* x, int64_t xLength, const float* target, int64_t targetLength, float scale,
                       bool apply);
     /**

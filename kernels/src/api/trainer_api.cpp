@@ -47,18 +47,21 @@ public:
         requireLength("input", xLength, R * model.backbone.dims.in_width);
         ops.upload(replica.x_stage.data(), x, R * model.backbone.dims.in_width);
     }
-    void stageDy(const float* dy, int64_t dyLength, float scale) {
-        const int64_t n = R * model.backbone.dims.d_model;
+    void checkDy(const float* dy, int64_t dyLength, float scale) const {
         require(dy != nullptr, "output gradient is null");
-        requireLength("output gradient", dyLength, n);
+        requireLength("output gradient", dyLength, R * outWidth());
         checkScale(scale);
-        ops.upload(replica.dy_stage.data(), dy, n);
+    }
+    /** Uploads a checked output gradient [B, T, outWidth] times the seed scale (after headForward: it may share its buffer). */
+    void stageDy(const float* dy, float scale) {
+        const int64_t n = R * outWidth();
+        ops.upload(doutStage(), dy, n);
         const float seed = seedScale(scale);
-        if (seed != 1.f) ops.scale(replica.dy_stage.data(), n, seed);
+        if (seed != 1.f) ops.scale(doutStage(), n, seed);
     }
     int64_t checkTargets(const int* t, int64_t length, int ignoreIndex) {
         requireFeatures("stepCrossEntropy/evalCrossEntropy");
-        if (!head) failState("cross-entropy needs a head: call addHead(vocab, seed) first");
+        if (!head || regression_head) failState("cross-entropy needs a head: call addHead(vocab, seed) first");
         require(t != nullptr, "targets are null");
         requireLength("targets", length, R);
         for (int64_t r = 0; r < R; ++r)
@@ -165,7 +168,15 @@ void Trainer::addHead(int vocab, int64_t seed) {
     require(vocab >= 1 && vocab <= (1 << 20), "vocab = " + std::to_string(vocab) + " must be in [1, 1048576]");
     impl_->addHead(vocab, seed);
 }
-int Trainer::headVocab() const { return impl_->head ? impl_->head->vocab : 0; }
+int Trainer::headVocab() const { return impl_->head && !impl_->regression_head ? impl_->head->vocab : 0; }
+
+void Trainer::addRegressionHead(int width, int64_t seed) {
+    if (impl_->head) failState("the trainer already has a head");
+    if (impl_->languageModel()) failState("a language model trains its own lm_head with stepTokens; it takes no output head");
+    require(width >= 1 && width <= (1 << 20), "output head width = " + std::to_string(width) + " must be in [1, 1048576]");
+    impl_->addRegressionHead(width, seed);
+}
+int Trainer::outputWidth() const { return impl_->outWidth(); }
 
 int Trainer::paramCount() const { return impl_->paramCount(); }
 std::string Trainer::paramName(int index) const { return impl_->slot(index).name; }
@@ -257,18 +268,22 @@ void Trainer::readStartStateGradient(State& into) const {
 
 void Trainer::forward(const float* x, int64_t xLength, float* y, int64_t yLength) {
     Impl& t = *impl_;
-    const int64_t n = t.R * t.model.backbone.dims.d_model;
+    const int64_t n = t.R * t.outWidth();
     require(y != nullptr, "output is null");
     requireLength("output", yLength, n);
     t.stageX(x, xLength);
     t.forward();
-    t.ops.download(y, t.replica.y_stage.data(), n);
+    t.headForward();
+    t.ops.download(y, t.outStage(), n);
 }
 
 StepStats Trainer::backward(const float* dy, int64_t dyLength, float scale, bool apply) {
     Impl& t = *impl_;
     t.requireFeatures("backward");
-    t.stageDy(dy, dyLength, scale);
+    t.checkDy(dy, dyLength, scale);
+    if (!t.have_tape) failState("backward needs a forward first (each forward allows one backward)");
+    t.stageDy(dy, scale);
+    t.headBackward();
     t.backward();
     return t.finish(apply);
 }
@@ -277,9 +292,13 @@ StepStats Trainer::optimizerStep() { return impl_->optimizerStep(); }
 
 StepStats Trainer::step(const float* x, int64_t xLength, const float* dy, int64_t dyLength, float scale, bool apply) {
     Impl& t = *impl_;
+    t.requireFeatures("step");
+    t.checkDy(dy, dyLength, scale);
     t.stageX(x, xLength);
-    t.stageDy(dy, dyLength, scale);
     t.forward();
+    t.headForward();
+    t.stageDy(dy, scale);
+    t.headBackward();
     t.backward();
     return t.finish(apply);
 }
@@ -287,7 +306,7 @@ StepStats Trainer::step(const float* x, int64_t xLength, const float* dy, int64_
 StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target, int64_t targetLength, float scale,
                            bool apply) {
     Impl& t = *impl_;
-    const int64_t n = t.R * t.model.backbone.dims.d_model;
+    const int64_t n = t.R * t.outWidth();
     require(target != nullptr, "target is null");
     requireLength("target", targetLength, n);
     checkScale(scale);
@@ -295,8 +314,10 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
     t.replica.target_stage.ensure(t.ops, n);
     t.ops.upload(t.replica.target_stage.data(), target, n);
     t.forward();
+    t.headForward();
     const double loss = t.mse(t.seedScale(scale));
     t.noteLoss(loss);
+    t.headBackward();
     t.backward();
     StepStats st = t.finish(apply);
     st.has_loss = true;

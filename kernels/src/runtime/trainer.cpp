@@ -33,7 +33,9 @@ Slot TrainerRuntime::slot(int index) const {
     const LinearHead& h = *head;
     const int64_t off = index == P ? 0 : h.bias_offset;
     const int64_t n = index == P ? h.weightSize() : h.vocab;
-    return Slot{index == P ? "lm_head.weight" : "lm_head.bias", h.w.data() + off, h.g.data() + off, h.m.data() + off,
+    const char* weight = regression_head ? "regression_head.weight" : "lm_head.weight";
+    const char* bias = regression_head ? "regression_head.bias" : "lm_head.bias";
+    return Slot{index == P ? weight : bias, h.w.data() + off, h.g.data() + off, h.m.data() + off,
                 h.v.data() + off, n};
 }
 
@@ -41,6 +43,19 @@ void TrainerRuntime::addHead(int vocab, int64_t seed) {
     head = std::make_unique<LinearHead>(ops, vocab, model.backbone.dims.d_model, R, seed);
     decay.push_back(true);   // lm_head.weight
     decay.push_back(false);  // lm_head.bias
+}
+
+void TrainerRuntime::addRegressionHead(int width, int64_t seed) {
+    addHead(width, seed);
+    regression_head = true;
+}
+
+void TrainerRuntime::headForward() {
+    if (regression_head) head->forward(ops, replica.y_stage.data(), R, model.trainingMode());
+}
+
+void TrainerRuntime::headBackward() {
+    if (regression_head) head->backward(ops, replica.y_stage.data(), R, replica.dy_stage.data());
 }
 
 void TrainerRuntime::writeParam(int index, const float* host) {
@@ -214,10 +229,9 @@ void TrainerRuntime::readStartStateGradient(StateImpl& into) const {
 }
 
 double TrainerRuntime::mse(float scale) {
-    const int64_t n = R * model.backbone.dims.d_model;
-    // L = mean((y − target)²) over every element; dy = scale · 2(y − target) / n.
-    const double sse = ops.mse(replica.y_stage.data(), replica.target_stage.data(), n, scale / static_cast<float>(n),
-                               replica.dy_stage.data());
+    const int64_t n = R * outWidth();
+    // L = mean((y − target)²) over every element; dy = scale · 2(y − target) / n (in place for a head: elementwise).
+    const double sse = ops.mse(outStage(), replica.target_stage.data(), n, scale / static_cast<float>(n), doutStage());
     return sse / static_cast<double>(n);
 }
 

@@ -31,6 +31,17 @@ public:
     /** Tensor `index` (the model's, then lm_head.weight and lm_head.bias); std::out_of_range otherwise. */
     Slot slot(int index) const;
     void addHead(int vocab, int64_t seed);
+    /** A linear head [width, d_model] + bias whose outputs are the trainer's outputs (MSE, caller losses). */
+    void addRegressionHead(int width, int64_t seed);
+    /** Floats per output position: the regression head's width, or d_model. */
+    int outWidth() const { return regression_head ? head->vocab : model.backbone.dims.d_model; }
+    /** Where the outputs and their gradient live: the regression head's buffer, or y_stage / dy_stage. */
+    float* outStage() const { return regression_head ? head->logits.data() : replica.y_stage.data(); }
+    float* doutStage() const { return regression_head ? head->logits.data() : replica.dy_stage.data(); }
+    /** After forward(): the regression head's outputs (nothing without one). */
+    void headForward();
+    /** Before backward(): the regression head's backward of doutStage() into dy_stage (nothing without one). */
+    void headBackward();
 
     /** The taped forward of the staged input into y_stage. */
     void forward();
@@ -72,7 +83,7 @@ public:
     /** Records a fused loss as reported (float): a NaN or infinite one marks the accumulated gradient as unusable. */
     void noteLoss(double loss);
 
-    /** Mean squared error of y_stage against the staged target: dy_stage = scale·2(y − t)/n; returns the mean loss. */
+    /** Mean squared error of the outputs against the staged target: dout = scale·2(y − t)/n; returns the mean loss. */
     double mse(float scale);
     /** Stages targets [B, T] (already checked) and returns how many are not ignored. */
     int64_t stageTargets(const int32_t* targets, int ignoreIndex) const;
@@ -97,6 +108,7 @@ public:
     const int64_t R;
     TrainerReplica replica;
     std::unique_ptr<LinearHead> head;
+    bool regression_head = false;  // head is an output head for MSE / caller losses, not cross-entropy
     std::vector<bool> decay;  // per trainable tensor
     AdamWConfig opt;
     float clip = 0.f;

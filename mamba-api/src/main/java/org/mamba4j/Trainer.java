@@ -29,7 +29,8 @@ import org.mamba4j.nativ.global.libmamba;
  * {@link #forward} and its {@link #backward}.
  *
  * <p><b>Shapes.</b> Every call works on one batch of {@link #batch()} sequences of {@link #seqLen()} steps:
- * inputs {@code [B, T, inputWidth]}, outputs and output gradients {@code [B, T, dModel]}, all row-major.
+ * inputs {@code [B, T, inputWidth]}, outputs, output gradients and MSE targets {@code [B, T, outputWidth]} (dModel, or
+ * the width of an {@link Builder#outputHead}), cross-entropy targets {@code [B, T]}, all row-major.
  * Each sequence starts from a zero recurrent state unless {@link #burnIn} or {@link #startFrom} prepared
  * one for the next forward; the start state receives no gradient (truncated BPTT) unless
  * {@link #setStateGradients} asks for it.
@@ -102,7 +103,7 @@ public final class Trainer implements AutoCloseable {
 
     private final MambaModel model;
     private final org.mamba4j.nativ.Trainer peer;
-    private final int batch, seqLen, ignoreIndex, vocab;
+    private final int batch, seqLen, ignoreIndex, vocab, outputHead;
     private final List<String> names;
     private final long[] sizes;
     private final LearningRateSchedule schedule;
@@ -116,6 +117,7 @@ public final class Trainer implements AutoCloseable {
         this.seqLen = b.seqLen;
         this.ignoreIndex = b.ignoreIndex;
         this.vocab = b.vocab;
+        this.outputHead = b.outputHead;
         this.schedule = b.schedule;
         this.adamW = b.adamW;
         // libmamba's trainer uses the model until it is destroyed: the model's peer stays until this one is freed
@@ -128,6 +130,7 @@ public final class Trainer implements AutoCloseable {
         try {
             this.names = guard.get(() -> {
                 if (b.vocab > 0) peer.addHead(b.vocab, b.headSeed);
+                if (b.outputHead > 0) peer.addRegressionHead(b.outputHead, b.headSeed);
                 List<String> n = new ArrayList<>();
                 for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
                 return Collections.unmodifiableList(n);
@@ -177,19 +180,21 @@ public final class Trainer implements AutoCloseable {
     public int seqLen() { return seqLen; }
     /** Floats per input position. */
     public int inputWidth() { return model.inputWidth(); }
-    /** Floats per output position ({@code dModel}). */
-    public int outputWidth() { return model.outputWidth(); }
-    /** The head's vocabulary size, or 0 without a head. */
+    /** Floats per output position of forward/backward/step/stepMse: the {@link Builder#outputHead} width, or {@code dModel}. */
+    public int outputWidth() { return outputHead > 0 ? outputHead : model.outputWidth(); }
+    /** The output head's width ({@link Builder#outputHead}), or 0 without one. */
+    public int outputHeadWidth() { return outputHead; }
+    /** The cross-entropy head's vocabulary size, or 0 without one. */
     public int vocab() { return vocab; }
 
     // ---- fused steps ----
 
-    /** Forward + backward of {@code dOutput} [B, T, dModel] + clip + AdamW. */
+    /** Forward + backward of {@code dOutput} [B, T, outputWidth] + clip + AdamW. */
     public StepResult step(float[] inputs, float[] dOutput) {
         return step(inputs, dOutput, BackwardOptions.step());
     }
 
-    /** Forward + backward of {@code dOutput} [B, T, dModel] (+ optimizer step, per {@code options}). */
+    /** Forward + backward of {@code dOutput} [B, T, outputWidth] (+ optimizer step, per {@code options}). */
     public StepResult step(float[] inputs, float[] dOutput, BackwardOptions options) {
         checkInputs(inputs);
         checkOutputs("dOutput", dOutput);
@@ -201,7 +206,7 @@ public final class Trainer implements AutoCloseable {
         });
     }
 
-    /** Forward + mean-squared error against {@code targets} [B, T, dModel] + backward + clip + AdamW. */
+    /** Forward + mean-squared error against {@code targets} [B, T, outputWidth] + backward + clip + AdamW. */
     public StepResult stepMse(float[] inputs, float[] targets) {
         return stepMse(inputs, targets, BackwardOptions.step());
     }
@@ -232,7 +237,7 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkTargets(targets);
         Objects.requireNonNull(options, "options");
-        checkHead();
+        checkCrossEntropyHead();
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
             return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
@@ -330,13 +335,13 @@ public final class Trainer implements AutoCloseable {
     public StepResult evaluateCrossEntropy(float[] inputs, int[] targets) {
         checkInputs(inputs);
         checkTargets(targets);
-        checkHead();
+        checkCrossEntropyHead();
         return guard.get(() -> result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
     }
 
     // ---- split forward / backward ----
 
-    /** Training forward: returns the outputs [B, T, dModel] and keeps what {@link #backward} needs. */
+    /** Training forward: returns the outputs [B, T, {@link #outputWidth()}] and keeps what {@link #backward} needs. */
     public float[] forward(float[] inputs) {
         checkInputs(inputs);
         float[] y = new float[batch * seqLen * outputWidth()];
@@ -588,7 +593,10 @@ public final class Trainer implements AutoCloseable {
 
     // ---- head and weights ----
 
-    /** A copy of the cross-entropy head's weights. */
+    /**
+     * A copy of the head's weights: the cross-entropy head ([vocab, dModel]) or the output head ([width, dModel];
+     * {@link LinearHead#vocab()} is then its width), e.g. to {@link LinearHead#save} it next to the model.
+     */
     public LinearHead head() {
         checkHead();
         int P = names.size() - 2;
@@ -597,17 +605,18 @@ public final class Trainer implements AutoCloseable {
             peer.readParam(P, w, w.length);
             peer.readParam(P + 1, b, b.length);
         });
-        return new LinearHead(b.length, outputWidth(), w, b);
+        return new LinearHead(b.length, model.outputWidth(), w, b);
     }
 
-    /** Replaces the head's weights (same vocabulary and width), e.g. to resume from a saved head. */
+    /** Replaces the head's weights (same shape: vocabulary or output width, and dModel), e.g. to resume from a saved head. */
     public void loadHead(LinearHead head) {
         Objects.requireNonNull(head, "head");
         guard.checkOpen();
         checkHead();
-        if (head.vocab() != vocab() || head.dModel() != outputWidth())
+        int rows = vocab > 0 ? vocab : outputHead;
+        if (head.vocab() != rows || head.dModel() != model.outputWidth())
             throw new IllegalArgumentException("the head is [" + head.vocab() + ", " + head.dModel() + "]; this trainer's is ["
-                    + vocab() + ", " + outputWidth() + "]");
+                    + rows + ", " + model.outputWidth() + "]");
         int P = names.size() - 2;
         float[] w = head.weight(), b = head.bias();
         guard.run(() -> {
@@ -666,7 +675,8 @@ public final class Trainer implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "Trainer{batch=" + batch + ", seqLen=" + seqLen + ", " + adamW + ", vocab=" + vocab() + "}";
+        return "Trainer{batch=" + batch + ", seqLen=" + seqLen + ", " + adamW + ", vocab=" + vocab()
+                + (outputHead > 0 ? ", outputHead=" + outputHead : "") + "}";
     }
 
     // ---- internals ----
@@ -721,8 +731,13 @@ public final class Trainer implements AutoCloseable {
     }
 
     private void checkHead() {
-        if (vocab() == 0)
-            throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab)");
+        if (vocab == 0 && outputHead == 0)
+            throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab) or outputHead(width)");
+    }
+
+    private void checkCrossEntropyHead() {
+        if (vocab == 0)
+            throw new IllegalStateException("this trainer has no cross-entropy head: build it with crossEntropyHead(vocab)");
     }
 
     private void requireLanguageModel() {
@@ -772,7 +787,7 @@ public final class Trainer implements AutoCloseable {
     /** Fluent builder for {@link Trainer}. */
     public static final class Builder {
         private final MambaModel model;
-        private int batch = 1, seqLen = 1, threads = 0, vocab = 0, ignoreIndex = DEFAULT_IGNORE_INDEX;
+        private int batch = 1, seqLen = 1, threads = 0, vocab = 0, outputHead = 0, ignoreIndex = DEFAULT_IGNORE_INDEX;
         private long headSeed = 0;
         private AdamW adamW = AdamW.defaults();
         private double clip = 0;
@@ -853,6 +868,19 @@ public final class Trainer implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Adds a learnable linear output head [width, dModel] + bias (U(±1/√dModel), bias 0; tensors
+         * {@code regression_head.weight}, {@code regression_head.bias}) after the backbone's final norm: {@link #forward},
+         * {@link #backward}, {@link #step} and {@link #stepMse} then work on its outputs [B, T, width] — e.g. width 1
+         * for a scalar target per position. Trained by the same AdamW; {@link Trainer#head()} reads it. Not with
+         * {@link #crossEntropyHead}, nor for a language model.
+         */
+        public Builder outputHead(int width) {
+            Checks.positive("width", width);
+            this.outputHead = width;
+            return this;
+        }
+
         /** Seed of the head's initialisation (default 0). */
         public Builder headSeed(long seed) {
             this.headSeed = seed;
@@ -867,6 +895,12 @@ public final class Trainer implements AutoCloseable {
 
         /** Allocates the trainer (gradients, AdamW moments, activation tape). */
         public Trainer build() {
+            if (vocab > 0 && outputHead > 0)
+                throw new IllegalStateException("a trainer has one head: crossEntropyHead(" + vocab + ") or outputHead("
+                        + outputHead + "), not both");
+            if (outputHead > 0 && model.vocabSize() > 0)
+                throw new IllegalStateException("a language model trains its own lm_head with stepTokens: do not add"
+                        + " outputHead(" + outputHead + ")");
             if (vocab > 0 && model.vocabSize() > 0)
                 throw new IllegalStateException("a language model trains its own lm_head with stepTokens: do not add"
                         + " crossEntropyHead(" + vocab + ")");
