@@ -50,6 +50,14 @@ import org.mamba4j.nativ.global.libmamba;
  * ({@link Builder#crossEntropyHead}) is fused natively ({@link #stepCrossEntropy}): logits never leave
  * native memory. The head is trained by the same AdamW and read back with {@link #head()}.
  *
+ * <p><b>Output head.</b> {@link Builder#outputHead outputHead(width)} adds a learnable linear layer [width, dModel] +
+ * bias after the final norm; outputs, output gradients and MSE targets are then [B, T, width] (width 1: a scalar
+ * target per position). {@link #head()} / {@link #loadHead} save and restore it like the cross-entropy head.
+ *
+ * <p><b>Loss scaling.</b> {@link Builder#lossScaler} scales every backward's output gradient by a dynamic loss scale
+ * and unscales inside AdamW ({@link LossScaler}: GradScaler semantics); a step with a non-finite gradient is skipped
+ * and the scale backs off.
+ *
  * <p><b>Reinforcement learning.</b> A target network's forward needs no tape: use {@link #targetForward}
  * (the model's inference forward) or a {@link #snapshot()} updated every N steps.
  *
