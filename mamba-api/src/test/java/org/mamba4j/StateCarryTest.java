@@ -324,6 +324,51 @@ class StateCarryTest {
     }
 
     /**
+     * Turning state gradients on changes no weight gradient (bit for bit: the backward only also writes what its carries
+     * hold past step 0), for both architectures and for a language model's stepTokens, whose start state then has a
+     * non-zero gradient too.
+     */
+    @Test
+    void stateGradientsLeaveTheWeightGradientsBitIdentical() {
+        for (int arch = 0; arch < 3; arch++) {
+            List<List<float[]>> runs = new ArrayList<>();
+            for (boolean on : new boolean[] {false, true}) {
+                Random rng = new Random(SEED + 5);
+                MambaModel m = arch == 0 ? mamba1(rng, 3, 4) : arch == 1 ? mamba3(rng, 3, 4)
+                        : MambaModel.builder(Mamba1Config.builder().dModel(8).dState(4).layers(2).build()).vocabSize(11).seed(4).build();
+                try (m; Trainer t = Trainer.builder(m).batch(2).seqLen(7).build();
+                     MambaState s0 = stateOf(m, 2, randomStart(rng, m, 2))) {
+                    t.setStateGradients(on);
+                    t.startFrom(s0);
+                    if (arch < 2) {
+                        t.forward(TestUtil.random(rng, 2 * 7 * 3, 1));
+                        t.backward(TestUtil.random(rng, 2 * 7 * 8, 1), BackwardOptions.accumulate());
+                    } else {
+                        int[] ids = new int[14], targets = new int[14];
+                        for (int i = 0; i < 14; i++) {
+                            ids[i] = rng.nextInt(11);
+                            targets[i] = rng.nextInt(11);
+                        }
+                        t.stepTokens(ids, targets, BackwardOptions.accumulate());
+                    }
+                    List<float[]> g = new ArrayList<>();
+                    for (String n : t.parameterNames()) g.add(t.gradient(n));
+                    runs.add(g);
+                    if (on) {
+                        float[] ds = t.startStateGradient();
+                        double norm = 0;
+                        for (float v : ds) norm += v * v;
+                        assertTrue(norm > 0, "arch " + arch + ": a non-zero start-state gradient");
+                    }
+                }
+            }
+            for (int i = 0; i < runs.get(0).size(); i++)
+                org.junit.jupiter.api.Assertions.assertArrayEquals(runs.get(0).get(i), runs.get(1).get(i),
+                        "arch " + arch + ", tensor " + i + " with state gradients on vs off");
+        }
+    }
+
+    /**
      * The end-state gradient applies to one backward: the same forward and backward a second time, without it, gives
      * the gradients of ⟨out, P⟩ alone (equal to a trainer that never saw it).
      */
