@@ -299,6 +299,22 @@ struct MAMBA_API StepStats {
     float loss = 0.f;           // mean over the counted targets of this micro-batch
     float accuracy = 0.f;       // cross-entropy: fraction of counted positions whose argmax is the target
     int64_t counted = 0;        // targets counted (cross-entropy: positions not ignored; MSE: elements)
+    float loss_scale = 1.f;     // the loss scale this call's gradients were computed with (1 without a scaler)
+};
+
+/**
+ * Dynamic loss scaling with torch.cuda.amp.GradScaler semantics: every backward's output gradient (and an end-state
+ * gradient) is multiplied by the current scale; the optimizer step divides the gradients by it (inside AdamW, after
+ * the global norm is taken of the unscaled gradient). A step whose gradient norm (or fused loss) is NaN or infinite is
+ * skipped — weights, moments and step count unchanged, gradients discarded, as without a scaler — and the scale is
+ * multiplied by backoff_factor; after growth_interval applied steps in a row it is multiplied by growth_factor.
+ */
+struct MAMBA_API LossScalerConfig {
+    bool enabled = false;
+    float init_scale = 65536.f;   // 2^16
+    float growth_factor = 2.f;    // > 1
+    float backoff_factor = 0.5f;  // in (0, 1)
+    int32_t growth_interval = 2000;
 };
 
 /** Whether backward/optimizer stages exist for a device code (DEVICE_CPU or a CUDA ordinal). */
@@ -308,7 +324,9 @@ MAMBA_API bool trainingSupported(int device);
  * Trains a Model's own weights in place: a training forward over [batch, seqLen] that keeps an activation
  * tape, backpropagation through time, gradient accumulation, global-norm clipping and AdamW. Optionally
  * owns a linear head [vocab, d_model] + bias for softmax cross-entropy. Each sequence starts from a zero
- * state unless burnIn/setStartState prepared one for the next forward; the start state gets no gradient.
+ * state unless burnIn/setStartState prepared one for the next forward; the start state gets a gradient only
+ * with setStateGradients(true) (truncated BPTT otherwise), and setEndStateGradient lets a gradient flow back
+ * from the next window, so a long stream trains window by window exactly as one backward through time.
  * A language model (vocab_size > 0) trains on token ids with its own lm_head: stepTokens / evalTokens.
  *
  * Trainable tensors are indexed like the Model's parameters, then (with a head) lm_head.weight and
@@ -332,10 +350,30 @@ public:
     /** Clips the global gradient norm to maxNorm before each optimizer step; <= 0 disables (default). */
     void setClipGradNorm(float maxNorm);
     float clipGradNorm() const;
+    /**
+     * Turns dynamic loss scaling on (config.enabled) or off; the scale restarts at init_scale with no clean steps
+     * counted. Change it only between optimizer steps (accumulated gradients carry the scale they were made with).
+     */
+    void setLossScaler(const LossScalerConfig& config);
+    LossScalerConfig lossScaler() const;
+    /** The scale of the next backward (1 without a scaler) and the applied steps in a row since it last changed. */
+    float lossScale() const;
+    int64_t lossScalerCleanSteps() const;
+    /** Restores a scaler's state (e.g. on resume): scale finite and > 0, cleanSteps >= 0. */
+    void setLossScalerState(float scale, int64_t cleanSteps);
 
     /** Adds a linear head [vocab, d_model] + bias (U(±1/√d_model), bias 0) for cross-entropy. Once. */
     void addHead(int vocab, int64_t seed);
+    /** The cross-entropy head's vocabulary, or 0 (none, or an output head). */
     int headVocab() const;
+    /**
+     * Adds a linear output head [width, d_model] + bias (U(±1/√d_model), bias 0; trainable tensors
+     * regression_head.weight / regression_head.bias): from then on forward, backward, step and stepMse work on its
+     * outputs y · Wᵀ + b, [batch, seqLen, width] (e.g. width 1 for a scalar target). Once, and not with addHead.
+     */
+    void addRegressionHead(int width, int64_t seed);
+    /** Floats per output position of forward/backward/step/stepMse: the output head's width, or d_model. */
+    int outputWidth() const;
 
     int paramCount() const;
     std::string paramName(int index) const;
@@ -361,11 +399,26 @@ public:
     void setStartState(const State& state);
     /** Copies the state reached at the end of the last forward into `state`. */
     void readEndState(State& state) const;
+    /**
+     * With on, every backward also computes ∂L/∂(the state its forward started from) — every part of the state
+     * row the forward reads (Mamba-1: conv history and h; Mamba-3: S, k_prev, v_prev and the angles) — for
+     * readStartStateGradient. Off (default): that gradient is dropped (truncated BPTT), the cheaper backward.
+     */
+    void setStateGradients(bool on);
+    bool stateGradients() const;
+    /**
+     * The next backward (any kind) treats `gradient` (a State of this model with batch rows, the state's row
+     * layout) as ∂L/∂(the state its forward ended in), added to what flows back through time, in the same
+     * scale as that backward's output gradient (e.g. the start-state gradient of the following window). Once.
+     */
+    void setEndStateGradient(const State& gradient);
+    /** ∂L/∂(start state) of the last backward, in the state's row layout (needs setStateGradients(true)). */
+    void readStartStateGradient(State& into) const;
 
-    /** Training forward: x [batch, seqLen, inputWidth] → y [batch, seqLen, d_model]; keeps the tape. */
+    /** Training forward: x [batch, seqLen, inputWidth] → y [batch, seqLen, outputWidth()]; keeps the tape. */
     void forward(const float* x, int64_t xLength, float* y, int64_t yLength);
     /**
-     * Backward of the last forward with dy [batch, seqLen, d_model] multiplied by `scale`; gradients add
+     * Backward of the last forward with dy [batch, seqLen, outputWidth()] multiplied by `scale`; gradients add
      * up. With apply it then runs the optimizer step.
      */
     StepStats backward(const float* dy, int64_t dyLength, float scale, bool apply);
@@ -373,7 +426,7 @@ public:
     StepStats optimizerStep();
     /** forward + backward (+ optimizer step when apply); bit-identical to the split calls. */
     StepStats step(const float* x, int64_t xLength, const float* dy, int64_t dyLength, float scale, bool apply);
-    /** forward + mean-squared-error against target [batch, seqLen, d_model] + backward (+ step). */
+    /** forward + mean-squared-error against target [batch, seqLen, outputWidth()] + backward (+ step). */
     StepStats stepMse(const float* x, int64_t xLength, const float* target, int64_t targetLength, float scale,
                       bool apply);
     /**

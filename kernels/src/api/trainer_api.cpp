@@ -47,17 +47,21 @@ public:
         requireLength("input", xLength, R * model.backbone.dims.in_width);
         ops.upload(replica.x_stage.data(), x, R * model.backbone.dims.in_width);
     }
-    void stageDy(const float* dy, int64_t dyLength, float scale) {
-        const int64_t n = R * model.backbone.dims.d_model;
+    void checkDy(const float* dy, int64_t dyLength, float scale) const {
         require(dy != nullptr, "output gradient is null");
-        requireLength("output gradient", dyLength, n);
+        requireLength("output gradient", dyLength, R * outWidth());
         checkScale(scale);
-        ops.upload(replica.dy_stage.data(), dy, n);
-        if (scale != 1.f) ops.scale(replica.dy_stage.data(), n, scale);
+    }
+    /** Uploads a checked output gradient [B, T, outWidth] times the seed scale (after headForward: it may share its buffer). */
+    void stageDy(const float* dy, float scale) {
+        const int64_t n = R * outWidth();
+        ops.upload(doutStage(), dy, n);
+        const float seed = seedScale(scale);
+        if (seed != 1.f) ops.scale(doutStage(), n, seed);
     }
     int64_t checkTargets(const int* t, int64_t length, int ignoreIndex) {
         requireFeatures("stepCrossEntropy/evalCrossEntropy");
-        if (!head) failState("cross-entropy needs a head: call addHead(vocab, seed) first");
+        if (!head || regression_head) failState("cross-entropy needs a head: call addHead(vocab, seed) first");
         require(t != nullptr, "targets are null");
         requireLength("targets", length, R);
         for (int64_t r = 0; r < R; ++r)
@@ -133,6 +137,30 @@ void Trainer::setClipGradNorm(float maxNorm) {
 }
 float Trainer::clipGradNorm() const { return impl_->clip; }
 
+void Trainer::setLossScaler(const LossScalerConfig& c) {
+    if (c.enabled) {
+        require(std::isfinite(c.init_scale) && c.init_scale > 0.f,
+                "loss scaler init_scale = " + std::to_string(c.init_scale) + " must be finite and > 0");
+        require(std::isfinite(c.growth_factor) && c.growth_factor > 1.f,
+                "loss scaler growth_factor = " + std::to_string(c.growth_factor) + " must be finite and > 1");
+        require(c.backoff_factor > 0.f && c.backoff_factor < 1.f,
+                "loss scaler backoff_factor = " + std::to_string(c.backoff_factor) + " must be in (0, 1)");
+        require(c.growth_interval >= 1,
+                "loss scaler growth_interval = " + std::to_string(c.growth_interval) + " must be >= 1");
+    }
+    impl_->setLossScaler(c);
+}
+LossScalerConfig Trainer::lossScaler() const { return impl_->scaler; }
+float Trainer::lossScale() const { return impl_->loss_scale; }
+int64_t Trainer::lossScalerCleanSteps() const { return impl_->clean_steps; }
+void Trainer::setLossScalerState(float scale, int64_t cleanSteps) {
+    if (!impl_->scaler.enabled) failState("no loss scaler is set");
+    require(std::isfinite(scale) && scale > 0.f, "loss scale = " + std::to_string(scale) + " must be finite and > 0");
+    require(cleanSteps >= 0, "clean steps = " + std::to_string(cleanSteps) + " must be >= 0");
+    impl_->loss_scale = scale;
+    impl_->clean_steps = cleanSteps;
+}
+
 void Trainer::addHead(int vocab, int64_t seed) {
     if (impl_->head) failState("the trainer already has a head");
     if (impl_->languageModel())
@@ -140,7 +168,15 @@ void Trainer::addHead(int vocab, int64_t seed) {
     require(vocab >= 1 && vocab <= (1 << 20), "vocab = " + std::to_string(vocab) + " must be in [1, 1048576]");
     impl_->addHead(vocab, seed);
 }
-int Trainer::headVocab() const { return impl_->head ? impl_->head->vocab : 0; }
+int Trainer::headVocab() const { return impl_->head && !impl_->regression_head ? impl_->head->vocab : 0; }
+
+void Trainer::addRegressionHead(int width, int64_t seed) {
+    if (impl_->head) failState("the trainer already has a head");
+    if (impl_->languageModel()) failState("a language model trains its own lm_head with stepTokens; it takes no output head");
+    require(width >= 1 && width <= (1 << 20), "output head width = " + std::to_string(width) + " must be in [1, 1048576]");
+    impl_->addRegressionHead(width, seed);
+}
+int Trainer::outputWidth() const { return impl_->outWidth(); }
 
 int Trainer::paramCount() const { return impl_->paramCount(); }
 std::string Trainer::paramName(int index) const { return impl_->slot(index).name; }
@@ -217,20 +253,37 @@ void Trainer::readEndState(State& state) const {
     impl_->readEndState(*state.impl());
 }
 
+void Trainer::setStateGradients(bool on) { impl_->setStateGradients(on); }
+bool Trainer::stateGradients() const { return impl_->state_grads; }
+
+void Trainer::setEndStateGradient(const State& gradient) {
+    checkStateRows(*impl_, *gradient.impl());
+    impl_->setEndStateGradient(*gradient.impl());
+}
+
+void Trainer::readStartStateGradient(State& into) const {
+    checkStateRows(*impl_, *into.impl());
+    impl_->readStartStateGradient(*into.impl());
+}
+
 void Trainer::forward(const float* x, int64_t xLength, float* y, int64_t yLength) {
     Impl& t = *impl_;
-    const int64_t n = t.R * t.model.backbone.dims.d_model;
+    const int64_t n = t.R * t.outWidth();
     require(y != nullptr, "output is null");
     requireLength("output", yLength, n);
     t.stageX(x, xLength);
     t.forward();
-    t.ops.download(y, t.replica.y_stage.data(), n);
+    t.headForward();
+    t.ops.download(y, t.outStage(), n);
 }
 
 StepStats Trainer::backward(const float* dy, int64_t dyLength, float scale, bool apply) {
     Impl& t = *impl_;
     t.requireFeatures("backward");
-    t.stageDy(dy, dyLength, scale);
+    t.checkDy(dy, dyLength, scale);
+    if (!t.have_tape) failState("backward needs a forward first (each forward allows one backward)");
+    t.stageDy(dy, scale);
+    t.headBackward();
     t.backward();
     return t.finish(apply);
 }
@@ -239,9 +292,13 @@ StepStats Trainer::optimizerStep() { return impl_->optimizerStep(); }
 
 StepStats Trainer::step(const float* x, int64_t xLength, const float* dy, int64_t dyLength, float scale, bool apply) {
     Impl& t = *impl_;
+    t.requireFeatures("step");
+    t.checkDy(dy, dyLength, scale);
     t.stageX(x, xLength);
-    t.stageDy(dy, dyLength, scale);
     t.forward();
+    t.headForward();
+    t.stageDy(dy, scale);
+    t.headBackward();
     t.backward();
     return t.finish(apply);
 }
@@ -249,7 +306,7 @@ StepStats Trainer::step(const float* x, int64_t xLength, const float* dy, int64_
 StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target, int64_t targetLength, float scale,
                            bool apply) {
     Impl& t = *impl_;
-    const int64_t n = t.R * t.model.backbone.dims.d_model;
+    const int64_t n = t.R * t.outWidth();
     require(target != nullptr, "target is null");
     requireLength("target", targetLength, n);
     checkScale(scale);
@@ -257,8 +314,10 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
     t.replica.target_stage.ensure(t.ops, n);
     t.ops.upload(t.replica.target_stage.data(), target, n);
     t.forward();
-    const double loss = t.mse(scale);
+    t.headForward();
+    const double loss = t.mse(t.seedScale(scale));
     t.noteLoss(loss);
+    t.headBackward();
     t.backward();
     StepStats st = t.finish(apply);
     st.has_loss = true;
@@ -275,7 +334,8 @@ StepStats Trainer::stepCrossEntropy(const float* x, int64_t xLength, const int* 
     t.stageX(x, xLength);
     t.forward();
     StepStats loss;
-    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, scale, true, counted, loss, t.model.trainingMode());
+    t.head->loss(t.ops, t.replica.y_stage.data(), t.R, ignoreIndex, t.seedScale(scale), true, counted, loss,
+                 t.model.trainingMode());
     t.head->backward(t.ops, t.replica.y_stage.data(), t.R, t.replica.dy_stage.data());
     t.noteLoss(loss.loss);
     t.backward();
@@ -314,7 +374,7 @@ StepStats Trainer::stepTokens(const int32_t* ids, int64_t idsLength, const int32
     checkScale(scale);
     const int64_t counted = t.checkTokens(ids, idsLength, targets, targetsLength, ignoreIndex);
     t.forward();
-    const StepStats loss = t.lmLoss(ignoreIndex, scale, true, counted);
+    const StepStats loss = t.lmLoss(ignoreIndex, t.seedScale(scale), true, counted);
     t.noteLoss(loss.loss);
     t.backward();
     t.have_dx = false;
@@ -354,7 +414,7 @@ StepStats Trainer::backwardLogits(const float* dlogits, int64_t dlogitsLength, f
     checkScale(scale);
     if (!t.have_tape) failState("backwardLogits needs a forwardTokens first (each forward allows one backward)");
     const WeightView w = t.model.weights();
-    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, scale,
+    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, t.seedScale(scale),
                                 t.replica.grads.data(), t.replica.dy_stage.data());
     t.backward();
     t.have_dx = false;

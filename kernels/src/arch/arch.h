@@ -33,6 +33,9 @@ struct LayerCall {
     float* state;          // this layer's state of row 0 (forward: read and advanced); row b at + b·state_stride
     const float* start;    // backward: this layer's state of row 0 before the forward
     int64_t state_stride;
+    // backward, state carry (optional, null = none), laid out as `state` (row b at + b·state_stride):
+    const float* dend;     // ∂L/∂(this layer's state after the forward), e.g. from the next window's backward
+    float* dstart;         // out: ∂L/∂(this layer's state before the forward) (overwritten)
 };
 
 class Architecture {
@@ -68,7 +71,8 @@ public:
      * Backward of the last taped forward of this layer: dresid holds ∂L/∂(layer output) on entry and
      * ∂L/∂(layer input) on return (the residual path included). Gradients of the layer's tensors are ADDED
      * into grads (ParamTable layout). `w` is what the forward read, `master` the f32 weights for the products.
-     * The gradient of the starting state is dropped (truncated BPTT).
+     * With call.dstart the gradient of the starting state is written there (otherwise dropped: truncated BPTT);
+     * with call.dend the end state's gradient flows back too. Every part of the state the forward reads gets one.
      */
     virtual void backwardLayer(Ops& ops, const WeightView& w, const WeightView& master, const LayerCall& call,
                                LayerBuffers& tape, LayerBuffers& scratch, float* dresid, float* grads) const = 0;

@@ -157,7 +157,7 @@ void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO&
 }
 
 void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& master, const float* dy, float* grads,
-                              float* dx) {
+                              float* dx, const float* dEnd, float* dStart) {
     const BackboneDims& d = bb_.dims;
     if (!have_tape_) throw std::logic_error("backward without a taped forward");
     if (tape_ids_ && dx) throw std::logic_error("token ids have no input gradient");
@@ -174,6 +174,8 @@ void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& m
         LayerCall c = call(i, B, T, GemmMode::Reproducible, nullptr);
         c.input = entering_[i].data();
         c.start = tape_start_ + i * d.layer_state;
+        c.dend = dEnd ? dEnd + i * d.layer_state : nullptr;
+        c.dstart = dStart ? dStart + i * d.layer_state : nullptr;
         bb_.arch->backwardLayer(ops, w, master, c, *tape_[i], *scratch_, dresid, grads);
     }
     // The token embedding, the input projection, or the input itself.

@@ -75,9 +75,11 @@ public:
     /**
      * Backward of the last forwardTape with dy [B, T, d_model]: ADDS every tensor's gradient into grads
      * (ParamTable layout) and writes ∂L/∂x into dx [B, T, in_width] when dx is not null. With token ids in, the
-     * embedding's gradient is added too (embedBackward) and dx must be null.
+     * embedding's gradient is added too (embedBackward) and dx must be null. State carry (both optional, [B, row_state]
+     * like io.state): dEnd is ∂L/∂(the state forwardTape ended in), dStart receives ∂L/∂(its start state).
      */
-    void backward(Ops& ops, const WeightView& w, const WeightView& master, const float* dy, float* grads, float* dx);
+    void backward(Ops& ops, const WeightView& w, const WeightView& master, const float* dy, float* grads, float* dx,
+                  const float* dEnd = nullptr, float* dStart = nullptr);
 
     /** What lmLoss reads and writes. Pointers are backend memory. */
     struct LmLossArgs {

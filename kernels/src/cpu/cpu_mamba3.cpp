@@ -301,6 +301,13 @@ void backwardTask(const Mamba3ScanBackwardArgs& a, const BackwardParts& out, int
     std::fill(kappa, kappa + N, 0.f);
     std::fill(dxNext, dxNext + P, 0.f);
     std::fill(phi, phi + NA, 0.f);
+    if (a.dstate_end) {  // the state carried on: its gradient seeds the reverse carries (k_end = k_{T−1}, v_end = x_{T−1})
+        const float* e = a.dstate_end + b * a.dstate_stride;
+        std::memcpy(Gs, e + static_cast<int64_t>(h) * PN, sizeof(float) * PN);
+        std::memcpy(kappa, e + s.kOffset() + static_cast<int64_t>(h) * N, sizeof(float) * N);
+        std::memcpy(dxNext, e + s.vOffset() + static_cast<int64_t>(h) * P, sizeof(float) * P);
+        if (NA) std::memcpy(phi, e + s.angleOffset() + static_cast<int64_t>(h) * NA, sizeof(float) * NA);
+    }
     const float* ckRow = a.checkpoints + static_cast<int64_t>(b) * chunks * SS;
 
     for (int c = chunks - 1; c >= 0; --c) {
@@ -380,7 +387,7 @@ void backwardTask(const Mamba3ScanBackwardArgs& a, const BackwardParts& out, int
                            Sprev + static_cast<int64_t>(p) * N, q, k, kPrev, dy[p], x[p], vPrev[p], v.alpha, dq, dkx, dkv,
                            &gkt, &gkp, &da);
                 dxv[p] = D * dy[p] + v.gamma * gkt + dxNext[p];
-                dxNext[p] = v.beta * gkp;  // reaches x_{t−1} as v_prev (dropped at t = 0)
+                dxNext[p] = v.beta * gkp;  // reaches x_{t−1} as v_prev (at t = 0: the starting v_prev)
                 dBeta += vPrev[p] * gkp;
                 dGamma += x[p] * gkt;
                 dAlpha += da;
@@ -389,7 +396,7 @@ void backwardTask(const Mamba3ScanBackwardArgs& a, const BackwardParts& out, int
 #pragma omp simd
             for (int n = 0; n < N; ++n) {
                 dk[n] = kappa[n] + v.gamma * dkx[n];
-                kappa[n] = v.beta * dkv[n];  // reaches k_{t−1} as k_prev (dropped at t = 0)
+                kappa[n] = v.beta * dkv[n];  // reaches k_{t−1} as k_prev (at t = 0: the starting k_prev)
             }
 
             // RoPE back to k_pre, q_pre and θ_t; φ = Σ_{s ≥ t} ∂L/∂θ_s.
@@ -441,6 +448,13 @@ void backwardTask(const Mamba3ScanBackwardArgs& a, const BackwardParts& out, int
             drow[s.trapCol() + h] = dSig * (v.sig * (1.f - v.sig));
             dDtBias += ddt;
         }
+    }
+    if (a.dstate) {  // past step 0 the carries are the starting state's gradient: S, k_prev, v_prev, θ (θ_t = θ_start + …)
+        float* d = a.dstate + b * a.dstate_stride;
+        std::memcpy(d + static_cast<int64_t>(h) * PN, Gs, sizeof(float) * PN);
+        std::memcpy(d + s.kOffset() + static_cast<int64_t>(h) * N, kappa, sizeof(float) * N);
+        std::memcpy(d + s.vOffset() + static_cast<int64_t>(h) * P, dxNext, sizeof(float) * P);
+        if (NA) std::memcpy(d + s.angleOffset() + static_cast<int64_t>(h) * NA, phi, sizeof(float) * NA);
     }
 }
 

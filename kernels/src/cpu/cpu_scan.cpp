@@ -120,8 +120,10 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
     const float* ckpt = s.checkpoints + b * row_ckpt + static_cast<int64_t>(d0) * N;
     toLanes(s.a + static_cast<int64_t>(d0) * N, N, nd, At);
 
-    // Chunks in reverse: recompute each chunk's states from its checkpoint, then walk it backwards.
+    // Chunks in reverse: recompute each chunk's states from its checkpoint, then walk it backwards. The carry
+    // starts from ∂L/∂h_end when the caller carries the state on (zero otherwise: nothing reads h after the end).
     std::fill(G, G + slab, 0.f);
+    if (s.dh_end) toLanes(s.dh_end + b * s.dh_stride + static_cast<int64_t>(d0) * N, N, nd, G);
     std::fill(gA, gA + slab, 0.f);
     std::fill(gD, gD + kChannelBlock, 0.f);
     for (int c = chunks - 1; c >= 0; --c) {
@@ -203,6 +205,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
             }
         }
     }
+    if (s.dh_start) fromLanes(G, N, nd, s.dh_start + b * s.dh_stride + static_cast<int64_t>(d0) * N);  // ∂L/∂h_{-1}
     float* pa = pda + (static_cast<int64_t>(b) * C + d0) * N;
     for (int j = 0; j < nd; ++j)
         for (int n = 0; n < N; ++n) pa[static_cast<int64_t>(j) * N + n] = gA[n * kChannelBlock + j];

@@ -146,17 +146,27 @@ void CpuBackend::convSiluBackward(const ConvBackwardArgs& c) {
                     for (int j = 0; j < nd; ++j) gw[k * kChannelBlock + j] += dc[j] * sk[j * st];
                 }
             }
-            // dx_s = Σ_k w[k]·dc_{s+H-k} over taps whose output step lies inside [0, T).
-            for (int s = 0; s < T; ++s) {
+            // dx_s = Σ_k w[k]·dc_{s+H-k} over taps whose output step lies inside [0, T). Inputs s < 0 are the
+            // starting history (slot H + s); the history after the last step holds the inputs s ≥ T − H, so its
+            // gradient (when carried on) adds to theirs.
+            const float* dend = c.dhistory_end ? c.dhistory_end + b * c.dhistory_stride + static_cast<int64_t>(d0) * H : nullptr;
+            float* dhist = c.dhistory ? c.dhistory + b * c.dhistory_stride + static_cast<int64_t>(d0) * H : nullptr;
+            for (int s = dhist ? -H : 0; s < T; ++s) {
                 float acc[kChannelBlock] = {};
                 for (int k = 0; k < K; ++k) {
                     const int t = s + H - k;
-                    if (t >= T) continue;
+                    if (t < 0 || t >= T) continue;
                     const float* dc = dcbuf + static_cast<int64_t>(t) * kChannelBlock;
 #pragma omp simd
                     for (int j = 0; j < nd; ++j) acc[j] += wt[k * kChannelBlock + j] * dc[j];
                 }
-                std::copy(acc, acc + nd, c.dx + (row0 + s) * c.lddx + d0);
+                const int e = s - (T - H);  // slot of the end history holding input s
+                if (dend && e >= 0)
+                    for (int j = 0; j < nd; ++j) acc[j] += dend[static_cast<int64_t>(j) * H + e];
+                if (s >= 0)
+                    std::copy(acc, acc + nd, c.dx + (row0 + s) * c.lddx + d0);
+                else
+                    for (int j = 0; j < nd; ++j) dhist[static_cast<int64_t>(j) * H + H + s] = acc[j];
             }
             float* pw = pdw + (static_cast<int64_t>(b) * C + d0) * K;
             for (int j = 0; j < nd; ++j)

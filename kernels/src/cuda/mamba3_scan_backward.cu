@@ -1,4 +1,6 @@
-// Backward of the Mamba-3 SISO scan (training; truncated BPTT: the starting state's gradient is dropped).
+// Backward of the Mamba-3 SISO scan (training). With dstate / dstate_end (a state carry) the sequential kernel
+// seeds its carries from the end state's gradient and leaves the starting state's gradient; otherwise that is
+// dropped (truncated BPTT).
 // The math: /work/shared/reference/mamba3-siso.md §4. The forward with checkpoints is mamba3_scan.cu;
 // both advance the state with mamba3_step.cuh, so the recomputed states are the forward's bit for bit.
 //
@@ -131,6 +133,21 @@ __global__ void __launch_bounds__(kMamba3MaxThreads)
         carry[j] = 0.f;
 #pragma unroll
         for (int i = 0; i < NS; ++i) Gc[j][i] = 0.f;
+    }
+    if (a.dstate_end) {  // the state carried on: its gradient seeds the carries (k_end = k_{T−1}, v_end = x_{T−1})
+        const float* e = a.dstate_end + b * a.dstate_stride;
+        for (int n = tid; n < N; n += lay.threads) kappa[n] = e[o.k + static_cast<int64_t>(h) * N + n];
+        for (int m = tid; m < NA; m += lay.threads) phis[m] = e[o.theta + static_cast<int64_t>(h) * NA + m];
+#pragma unroll
+        for (int j = 0; j < RP; ++j) {
+            const int p = rg + G * j;
+            carry[j] = p < P ? e[o.v + hP + p] : 0.f;
+#pragma unroll
+            for (int i = 0; i < NS; ++i) {
+                const int n = lane + L * i;
+                Gc[j][i] = (p < P && n < N) ? e[hP * N + static_cast<int64_t>(p) * N + n] : 0.f;
+            }
+        }
     }
     float pdacc = 0.f;
     const float dskip = s.d_skip[h];
@@ -451,6 +468,22 @@ __global__ void __launch_bounds__(kMamba3MaxThreads)
     // per (row, head) parameter partials: Σ dy·x (warps in order), the gate-norm weight sums
     pdacc = m3::warpSum(pdacc);
     __syncthreads();
+    if (a.dstate) {  // past step 0 the carries are ∂L/∂(starting state): S (G), k_prev (κ), v_prev, θ (φ)
+        float* d = a.dstate + b * a.dstate_stride;
+        for (int n = tid; n < N; n += lay.threads) d[o.k + static_cast<int64_t>(h) * N + n] = kappa[n];
+        for (int m = tid; m < NA; m += lay.threads) d[o.theta + static_cast<int64_t>(h) * NA + m] = phis[m];
+#pragma unroll
+        for (int j = 0; j < RP; ++j) {
+            const int p = rg + G * j;
+            if (p >= P) continue;
+            if (lane == 0) d[o.v + hP + p] = carry[j];
+#pragma unroll
+            for (int i = 0; i < NS; ++i) {
+                const int n = lane + L * i;
+                if (n < N) d[hP * N + static_cast<int64_t>(p) * N + n] = Gc[j][i];
+            }
+        }
+    }
     if ((tid & 31) == 0) reds[warp] = pdacc;
     __syncthreads();
     if (tid == 0) {
@@ -551,7 +584,8 @@ void mamba3ScanBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const S
     if (s.batch == 0 || s.steps == 0) return;
     const int N = s.d_state, P = s.headdim, H = s.nheads, NA = s.nangles, K = a.chunk;
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
-    if (kChunkedBackward && mamba3ChunkedBackwardUsable(ex, a)) {
+    // The chunked backward drops the starting state's gradient: a state carry takes the sequential kernels.
+    if (kChunkedBackward && !a.dstate && !a.dstate_end && mamba3ChunkedBackwardUsable(ex, a)) {
         float* dk = scratch.get(1, 2 * R * H * N);
         float* dq = dk + R * H * N;
         float* prod = scratch.get(4, 2 * R * s.ngroups * N);

@@ -41,6 +41,11 @@ __global__ void convBackwardKernel(ConvBackwardArgs c, int tiles, float* pw, flo
     }
     const float bias = c.bias[d];
     float gb = 0.f;
+    // State carry: the end history holds the inputs s ≥ T − H (slot s − T + H), so its gradient adds to theirs; the
+    // first tile also emits the starting history's gradient (inputs s = −H … −1, slot H + s).
+    const float* dend = c.dhistory_end ? c.dhistory_end + b * c.dhistory_stride + static_cast<int64_t>(d) * H : nullptr;
+    float* dhist = c.dhistory ? c.dhistory + b * c.dhistory_stride + static_cast<int64_t>(d) * H : nullptr;
+    const int s_first = tile == 0 && dhist ? -H : t0;
     for (int t = t0; t < t1 + H; ++t) {
         float dct = 0.f;
         if (t < T) {
@@ -66,12 +71,17 @@ __global__ void convBackwardKernel(ConvBackwardArgs c, int tiles, float* pw, flo
         for (int k = kMaxWidth - 1; k > 0; --k) win[k] = win[k - 1];
         win[0] = dct;
         const int s = t - H;
-        if (s >= t0) {
+        if (s >= s_first) {
             float acc = 0.f;
 #pragma unroll
             for (int k = 0; k < kMaxWidth; ++k)
                 if (k < K) acc += w[k] * win[k];  // w[k]·dc_{s+H−k}
-            c.dx[(row0 + s) * c.lddx + d] = acc;
+            const int e = s - (T - H);
+            if (dend && e >= 0) acc += dend[e];
+            if (s >= 0)
+                c.dx[(row0 + s) * c.lddx + d] = acc;
+            else
+                dhist[H + s] = acc;
         }
     }
     float* pwr = pw + (p * c.channels + d) * K;

@@ -7,7 +7,8 @@
 // ≥ d_state/NS, so S ≤ 32 and groups never straddle a warp). A block of kThreads threads covers
 // kThreads/S channels of one batch row. Sums over a channel's states are xor-shuffles inside its S lanes.
 //
-// Per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h:
+// Per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h (starting from ∂L/∂h_end with a state carry;
+// what is left past step 0 is ∂L/∂h_start):
 //  1. from the chunk's checkpoint, re-run its steps, storing the state every kSub steps in shared memory;
 //  2. for each sub-chunk of kSub steps in reverse: re-run it from its stored state with the kSub+1 states
 //     in registers (compile-time indices), then walk it backwards:
@@ -84,7 +85,8 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
         const bool on = p.n0 + i < N;
         A[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
         a2[i] = A[i] * kLog2e;
-        G[i] = 0.f;
+        // the carry starts from ∂L/∂h_end when the state is carried on (nothing reads h past the end otherwise)
+        G[i] = on && s.dh_end ? s.dh_end[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
         gA[i] = 0.f;
     }
     float gD = 0.f;
@@ -218,6 +220,11 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
         }
     }
     if (!p.active) return;
+    if (s.dh_start) {  // past step 0 the carry is ∂L/∂(the starting h)
+#pragma unroll
+        for (int i = 0; i < NS; ++i)
+            if (p.n0 + i < N) s.dh_start[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] = G[i];
+    }
     float* pa = o.pda + (static_cast<int64_t>(p.b) * E + p.d) * N;
 #pragma unroll
     for (int i = 0; i < NS; ++i)

@@ -76,11 +76,15 @@ struct ConvBackwardArgs {
     const float* bias;         // [channels]
     const float* du;           // [B*T, ldu]: gradient of SiLU's output u
     int64_t ldu;
-    float* dx;                 // out: [B*T, lddx] (overwritten); the history's gradient is dropped
+    float* dx;                 // out: [B*T, lddx] (overwritten)
     int64_t lddx;
     float* dw;                 // [channels, width] += (rows summed in row order)
     float* dbias;              // [channels] +=
     int batch, steps, channels, width;
+    // State carry (optional; null = none), per row b at + b·dhistory_stride, [channels, width-1] like history:
+    const float* dhistory_end;  // ∂L/∂(history after the last step), added to the gradients of the inputs it holds
+    float* dhistory;            // out: ∂L/∂(history before step 0) (overwritten)
+    int64_t dhistory_stride;
 };
 
 /**
@@ -133,6 +137,10 @@ struct ScanBackwardArgs {
     float* da_log;             // [channels, d_state] += (the gradient w.r.t. A_log, rows summed in row order)
     float* dd_skip;            // [channels] +=
     int batch, steps, channels, d_state;
+    // State carry (optional; null = none), per row b at + b·dh_stride, [channels, d_state] like h:
+    const float* dh_end;       // ∂L/∂h after the last step: the starting value of the reverse carry
+    float* dh_start;           // out: ∂L/∂h before step 0 (overwritten)
+    int64_t dh_stride;
 };
 
 /**
@@ -186,7 +194,7 @@ struct Mamba3ScanArgs {
 };
 
 /**
- * Backward of mamba3Scan (truncated BPTT: the gradient of the starting state is dropped). The forward's
+ * Backward of mamba3Scan (with dstate null the gradient of the starting state is dropped). The forward's
  * inputs are in `fwd` (fwd.state and fwd.out are not read); the states come from the checkpoints the
  * training forward recorded (ScanCheckpoints: the whole row state, stateSize() floats, before steps 0,
  * chunk, 2·chunk, …, laid out [batch][ceil(steps/chunk)][stateSize]); states in between are recomputed.
@@ -201,6 +209,11 @@ struct Mamba3ScanBackwardArgs {
     int64_t lddproj;
     // Parameter gradients, added (+=) with rows summed in a fixed order. d_gate_norm only with fwd.gate_norm.
     float *d_dt_bias, *d_b_bias, *d_c_bias, *d_b_norm, *d_c_norm, *d_d_skip, *d_gate_norm;
+    // State carry (optional; null = none), per row b at + b·dstate_stride, the whole state (stateSize() floats:
+    // S, k_prev, v_prev, θ). θ's wrap to [0, 2π) has derivative 1.
+    const float* dstate_end;  // ∂L/∂(state after the last step): the starting values of the reverse carries
+    float* dstate;            // out: ∂L/∂(state before step 0) (overwritten)
+    int64_t dstate_stride;
 };
 
 /** One AdamW update (PyTorch semantics) of n parameters: decoupled decay, bias-corrected moments. */

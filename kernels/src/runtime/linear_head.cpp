@@ -49,6 +49,10 @@ void LinearHead::loss(Ops& ops, const float* y, int64_t rows, int ignoreIndex, f
     st.accuracy = counted > 0 ? static_cast<float>(c / counted) : 0.f;
 }
 
+void LinearHead::forward(Ops& ops, const float* y, int64_t rows, GemmMode mode) {
+    ops.gemm(Gemm::forward(mode, y, d_model, rows, matrix(), bias(), logits.data(), vocab, 0.f));
+}
+
 void LinearHead::backward(Ops& ops, const float* y, int64_t rows, float* dy) {
     ops.gemm(Gemm::weightGrad(logits.data(), vocab, y, d_model, rows, vocab, d_model, g.data(), g.data() + bias_offset));
     ops.gemm(Gemm::backwardData(logits.data(), vocab, rows, matrix(), dy, d_model, 0.f));

@@ -1,5 +1,6 @@
-// The trainer's optional classification head: logits = y · Wᵀ + b over a vocabulary, softmax
-// cross-entropy, and its backward. Logits never leave backend memory.
+// The trainer's optional linear head: logits = y · Wᵀ + b over a vocabulary with softmax cross-entropy, or
+// (a regression head) outputs of any width for MSE or a caller's loss; and its backward. Logits never leave
+// backend memory.
 #pragma once
 
 #include "core/buffer.h"
@@ -22,7 +23,9 @@ public:
      */
     void loss(Ops& ops, const float* y, int64_t rows, int ignoreIndex, float scale, bool grad, int64_t counted,
               StepStats& st, GemmMode mode);
-    /** After loss(grad = true): the head's gradients += , and dy = dlogits · W. */
+    /** outputs (in `logits`) = y · Wᵀ + b: a regression head's forward. */
+    void forward(Ops& ops, const float* y, int64_t rows, GemmMode mode);
+    /** After loss(grad = true), or with ∂L/∂outputs written into `logits`: the head's gradients += , and dy = dlogits · W. */
     void backward(Ops& ops, const float* y, int64_t rows, float* dy);
 
     const int vocab, d_model;

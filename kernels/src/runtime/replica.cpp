@@ -27,6 +27,8 @@ TrainerReplica::TrainerReplica(ModelImpl& m, Ops& ops, int B, int T)
     start_state = Buffer(ops, d.row_state * B);
     tape_start = Buffer(ops, d.row_state * B);
     work_state = Buffer(ops, d.row_state * B);
+    end_grad = Buffer(ops, d.row_state * B);
+    start_grad = Buffer(ops, d.row_state * B);
     if (d.vocab > 0) {
         ids_stage = Buffer(ops, R);
         lm_targets = Buffer(ops, R);

@@ -25,6 +25,8 @@ struct TrainerReplica {
     Buffer start_state;  // where the next forward starts (burn-in, setStartState)
     Buffer tape_start;   // the state the taped forward started from (backward reads it)
     Buffer work_state;   // the state the taped forward advances
+    Buffer end_grad;     // state carry: ∂L/∂(end state) for the next backward (setEndStateGradient)
+    Buffer start_grad;   // state carry: ∂L/∂(tape_start) from the last backward (state gradients on)
     Buffer x_stage, y_stage, dy_stage, dx_stage, target_stage;  // x_stage, dx_stage: feature inputs only
     // Language models: token ids and next-token targets [B, T] (int32 in float buffers), per-row loss/correctness.
     Buffer ids_stage, lm_targets, row_loss, row_correct;

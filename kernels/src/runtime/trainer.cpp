@@ -33,7 +33,9 @@ Slot TrainerRuntime::slot(int index) const {
     const LinearHead& h = *head;
     const int64_t off = index == P ? 0 : h.bias_offset;
     const int64_t n = index == P ? h.weightSize() : h.vocab;
-    return Slot{index == P ? "lm_head.weight" : "lm_head.bias", h.w.data() + off, h.g.data() + off, h.m.data() + off,
+    const char* weight = regression_head ? "regression_head.weight" : "lm_head.weight";
+    const char* bias = regression_head ? "regression_head.bias" : "lm_head.bias";
+    return Slot{index == P ? weight : bias, h.w.data() + off, h.g.data() + off, h.m.data() + off,
                 h.v.data() + off, n};
 }
 
@@ -41,6 +43,19 @@ void TrainerRuntime::addHead(int vocab, int64_t seed) {
     head = std::make_unique<LinearHead>(ops, vocab, model.backbone.dims.d_model, R, seed);
     decay.push_back(true);   // lm_head.weight
     decay.push_back(false);  // lm_head.bias
+}
+
+void TrainerRuntime::addRegressionHead(int width, int64_t seed) {
+    addHead(width, seed);
+    regression_head = true;
+}
+
+void TrainerRuntime::headForward() {
+    if (regression_head) head->forward(ops, replica.y_stage.data(), R, model.trainingMode());
+}
+
+void TrainerRuntime::headBackward() {
+    if (regression_head) head->backward(ops, replica.y_stage.data(), R, replica.dy_stage.data());
 }
 
 void TrainerRuntime::writeParam(int index, const float* host) {
@@ -87,8 +102,16 @@ void TrainerRuntime::backward() {
     have_tape = false;
     TrainerReplica& r = replica;
     const WeightView w = model.weights();
-    r.runner.backward(ops, w, r.masterView(w.derived), r.dy_stage.data(), r.grads.data(), r.dx_stage.data());
+    const int64_t n = model.backbone.dims.row_state * B;
+    if (end_grad_pending && loss_scale != 1.f) ops.scale(r.end_grad.data(), n, loss_scale);  // the seed's scale
+    const float* dEnd = end_grad_pending ? r.end_grad.data() : nullptr;
+    float* dStart = state_grads ? r.start_grad.data() : nullptr;
+    end_grad_pending = false;
+    r.runner.backward(ops, w, r.masterView(w.derived), r.dy_stage.data(), r.grads.data(), r.dx_stage.data(), dEnd,
+                      dStart);
     have_dx = true;
+    have_start_grad = dStart != nullptr;
+    start_grad_scale = loss_scale;
 }
 
 void TrainerRuntime::zeroGrad() {
@@ -106,6 +129,7 @@ StepStats TrainerRuntime::pending() const {
     StepStats st;
     st.step = steps;
     st.learning_rate = opt.lr;
+    st.loss_scale = loss_scale;
     return st;
 }
 
@@ -114,10 +138,14 @@ StepStats TrainerRuntime::optimizerStep() {
     // The global norm over every trainable tensor (the flat buffers' alignment padding stays zero).
     double ss = ops.sumOfSquares(replica.grads.data(), replica.grads.size());
     if (head) ss += ops.sumOfSquares(head->g.data(), head->g.size());
-    const double norm = std::sqrt(ss);
+    const double norm = std::sqrt(ss) / loss_scale;  // of the unscaled gradient (a power-of-two scale: exact)
     st.grad_norm = static_cast<float>(norm);
     if (!std::isfinite(norm) || nonfinite_loss) {  // a diverged step: skip it rather than poison the weights
         zeroGrad();
+        if (scaler.enabled) {  // overflow under the scale (or a diverged loss): back off
+            loss_scale *= scaler.backoff_factor;
+            clean_steps = 0;
+        }
         return st;
     }
     ++steps;
@@ -129,6 +157,7 @@ StepStats TrainerRuntime::optimizerStep() {
     a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta1), static_cast<double>(steps)));
     a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta2), static_cast<double>(steps)));
     a.grad_scale = clip > 0.f && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.f;
+    a.grad_scale /= loss_scale;  // unscale inside AdamW (exact for powers of two)
     for (int i = 0; i < paramCount(); ++i) {
         const Slot s = slot(i);
         a.weight_decay = decay[i] ? opt.weight_decay : 0.f;
@@ -138,7 +167,18 @@ StepStats TrainerRuntime::optimizerStep() {
     zeroGrad();
     st.step = steps;
     st.applied = true;
+    if (scaler.enabled && ++clean_steps >= scaler.growth_interval) {
+        const float grown = loss_scale * scaler.growth_factor;
+        if (std::isfinite(grown)) loss_scale = grown;  // as GradScaler: never grow into infinity
+        clean_steps = 0;
+    }
     return st;
+}
+
+void TrainerRuntime::setLossScaler(const LossScalerConfig& c) {
+    scaler = c;
+    loss_scale = c.enabled ? c.init_scale : 1.f;
+    clean_steps = 0;
 }
 
 void TrainerRuntime::burnIn(const float* x, int nSteps) {
@@ -175,11 +215,23 @@ void TrainerRuntime::readEndState(StateImpl& s) const {
     ops.copy(s.data.data(), replica.work_state.data(), model.backbone.dims.row_state * B);
 }
 
+void TrainerRuntime::setEndStateGradient(const StateImpl& g) {
+    ops.copy(replica.end_grad.data(), g.data.data(), model.backbone.dims.row_state * B);
+    end_grad_pending = true;
+}
+
+void TrainerRuntime::readStartStateGradient(StateImpl& into) const {
+    if (!state_grads) failState("state gradients are off: turn them on (setStateGradients) before the backward");
+    if (!have_start_grad) failState("no backward has run since state gradients were turned on");
+    const int64_t n = model.backbone.dims.row_state * B;
+    ops.copy(into.data.data(), replica.start_grad.data(), n);
+    if (start_grad_scale != 1.f) ops.scale(into.data.data(), n, 1.f / start_grad_scale);  // in the loss's own units
+}
+
 double TrainerRuntime::mse(float scale) {
-    const int64_t n = R * model.backbone.dims.d_model;
-    // L = mean((y − target)²) over every element; dy = scale · 2(y − target) / n.
-    const double sse = ops.mse(replica.y_stage.data(), replica.target_stage.data(), n, scale / static_cast<float>(n),
-                               replica.dy_stage.data());
+    const int64_t n = R * outWidth();
+    // L = mean((y − target)²) over every element; dy = scale · 2(y − target) / n (in place for a head: elementwise).
+    const double sse = ops.mse(outStage(), replica.target_stage.data(), n, scale / static_cast<float>(n), doutStage());
     return sse / static_cast<double>(n);
 }
 

@@ -31,6 +31,17 @@ public:
     /** Tensor `index` (the model's, then lm_head.weight and lm_head.bias); std::out_of_range otherwise. */
     Slot slot(int index) const;
     void addHead(int vocab, int64_t seed);
+    /** A linear head [width, d_model] + bias whose outputs are the trainer's outputs (MSE, caller losses). */
+    void addRegressionHead(int width, int64_t seed);
+    /** Floats per output position: the regression head's width, or d_model. */
+    int outWidth() const { return regression_head ? head->vocab : model.backbone.dims.d_model; }
+    /** Where the outputs and their gradient live: the regression head's buffer, or y_stage / dy_stage. */
+    float* outStage() const { return regression_head ? head->logits.data() : replica.y_stage.data(); }
+    float* doutStage() const { return regression_head ? head->logits.data() : replica.dy_stage.data(); }
+    /** After forward(): the regression head's outputs (nothing without one). */
+    void headForward();
+    /** Before backward(): the regression head's backward of doutStage() into dy_stage (nothing without one). */
+    void headBackward();
 
     /** The taped forward of the staged input into y_stage. */
     void forward();
@@ -53,10 +64,26 @@ public:
     void setStartState(const StateImpl& s);
     void readEndState(StateImpl& s) const;
 
+    // ---- state carry with gradients (truncated BPTT over windows of a long stream) ----
+    /** Whether each backward writes ∂L/∂(its forward's start state) (off: dropped, the fastest backward). */
+    void setStateGradients(bool on) {
+        state_grads = on;
+        have_start_grad = have_start_grad && on;
+    }
+    /** The next backward adds ∂L/∂(end state) = g (the same scale as its dy) to the backward through time. Once. */
+    void setEndStateGradient(const StateImpl& g);
+    /** ∂L/∂(start state) of the last backward (times its scale). */
+    void readStartStateGradient(StateImpl& into) const;
+
+    /** Installs a loss scaler (or none: config.enabled false); the scale restarts at init_scale. */
+    void setLossScaler(const LossScalerConfig& config);
+    /** The factor of a backward's output gradient: the caller's scale times the loss scale. */
+    float seedScale(float scale) const { return scale * loss_scale; }
+
     /** Records a fused loss as reported (float): a NaN or infinite one marks the accumulated gradient as unusable. */
     void noteLoss(double loss);
 
-    /** Mean squared error of y_stage against the staged target: dy_stage = scale·2(y − t)/n; returns the mean loss. */
+    /** Mean squared error of the outputs against the staged target: dout = scale·2(y − t)/n; returns the mean loss. */
     double mse(float scale);
     /** Stages targets [B, T] (already checked) and returns how many are not ignored. */
     int64_t stageTargets(const int32_t* targets, int ignoreIndex) const;
@@ -81,12 +108,18 @@ public:
     const int64_t R;
     TrainerReplica replica;
     std::unique_ptr<LinearHead> head;
+    bool regression_head = false;  // head is an output head for MSE / caller losses, not cross-entropy
     std::vector<bool> decay;  // per trainable tensor
     AdamWConfig opt;
     float clip = 0.f;
     int64_t steps = 0;
     bool nonfinite_loss = false;  // set by noteLoss, cleared with the gradients
     bool start_pending = false, have_tape = false, have_dx = false, have_end = false;
+    bool state_grads = false, end_grad_pending = false, have_start_grad = false;
+    float start_grad_scale = 1.f;  // the loss scale of the backward that wrote start_grad
+    LossScalerConfig scaler;
+    float loss_scale = 1.f;        // 1 while the scaler is off
+    int64_t clean_steps = 0;       // applied optimizer steps since the scale last changed
 };
 
 }  // namespace mamba

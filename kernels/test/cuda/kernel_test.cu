@@ -964,7 +964,7 @@ void checkConvBackward(int B, int T, int E, int K) {
     auto db0 = randv(static_cast<size_t>(E), -1, 1);
     Dev dX(x), dW(w), dB(bias), dH(hist), dU(du), dDX(R * lddx), dDW(dw0), dDB(db0);
     dDX.poison();
-    ConvBackwardArgs c{dX.p, ldx, dH.p, hstride, dW.p, dB.p, dU.p, ldu, dDX.p, lddx, dDW.p, dDB.p, B, T, E, K};
+    ConvBackwardArgs c{dX.p, ldx, dH.p, hstride, dW.p, dB.p, dU.p, ldu, dDX.p, lddx, dDW.p, dDB.p, B, T, E, K, nullptr, nullptr, 0};
     be->convSiluBackward(c);
     auto gx = dDX.get(), gw = dDW.get(), gb = dDB.get();
     Err ex, ew, eb;
@@ -1095,7 +1095,7 @@ void checkScanBackward(int B, int T, int E, int N, int chunk) {
     dDZ.poison();
     ScanBackwardArgs sb{ddt.p, da.p, dbc.p + S.dt_rank, S.ldbc, du.p, dz.p + E, S.ldz, dd.p, dck.p, chunk,
                         dGout.p, dDDT.p, dDBC.p + S.dt_rank, lddbc, dDU.p, dDZ.p + E, lddz, dDAL.p, dDD.p,
-                        B, T, E, N};
+                        B, T, E, N, nullptr, nullptr, 0};
     be->selectiveScanBackward(sb);
     auto gdt = dDDT.get(), gbc = dDBC.get(), gu = dDU.get(), gz = dDZ.get(), gal = dDAL.get(), gd = dDD.get();
     // reference

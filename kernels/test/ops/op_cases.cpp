@@ -12,6 +12,7 @@
 #include "reference.h"
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -643,7 +644,7 @@ Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int 
     float* ddw = A->put(dw0);
     float* ddb = A->put(db0);
     const ConvBackwardArgs a{A->put(s.x), s.ldx, A->put(s.hist), s.hstride, A->put(s.w), A->put(s.bias), A->put(du),
-                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K};
+                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K, nullptr, nullptr, 0};
     p.call = [&ops, a] { ops.convSiluBackward(a); };
     Vec wantX, wantW = toDouble(dw0), wantB = toDouble(db0);
     ref::convSiluBackward(s.prob(), dense(du, R, s.ldu, C), wantX, wantW, wantB);
@@ -655,6 +656,74 @@ Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int 
     };
     p.outputs = [=] {
         return Outputs{A->get(ddx, R * lddx), A->get(ddw, static_cast<int64_t>(C) * K), A->get(ddb, C)};
+    };
+    p.bytes = 4.0 * 3.0 * R * C;
+    return p;
+}
+
+/** Central differences of loss() over every element of v (restored afterwards), step h. */
+Vec centralDifferences(Vec& v, const std::function<double()>& loss, double h = 1e-6) {
+    Vec g(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        const double x = v[i];
+        v[i] = x + h;
+        const double lp = loss();
+        v[i] = x - h;
+        const double lm = loss();
+        v[i] = x;
+        g[i] = (lp - lm) / (2 * h);
+    }
+    return g;
+}
+
+double dotOf(const Vec& a, const Vec& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+}
+
+/**
+ * State carry: the conv backward with the gradient of the end history given (dhistory_end) and the starting history's
+ * gradient asked for (dhistory). Reference: central differences of L = Σ du ⊙ u + Σ dEnd ⊙ history_end (the double
+ * forward) over x, the starting history, w and bias.
+ */
+Prepared convSiluBackwardCarryCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ConvSetup s = convSetup(rng, B, T, C, K);
+    const int64_t R = static_cast<int64_t>(B) * T, lddx = C + 2, H = static_cast<int64_t>(C) * (K - 1);
+    const std::vector<float> du = padded(rng, R, s.ldu, C, -1, 1);
+    const std::vector<float> dend = padded(rng, B, s.hstride, H, -1, 1);
+    const std::vector<float> dw0 = uniform(rng, static_cast<int64_t>(C) * K, -0.5, 0.5), db0 = uniform(rng, C, -0.5, 0.5);
+    float* ddx = A->poisoned(R * lddx);
+    float* ddh = A->poisoned(B * s.hstride);
+    float* ddw = A->put(dw0);
+    float* ddb = A->put(db0);
+    const ConvBackwardArgs a{A->put(s.x), s.ldx, A->put(s.hist), s.hstride, A->put(s.w), A->put(s.bias), A->put(du),
+                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K, A->put(dend), ddh, s.hstride};
+    p.call = [&ops, a] { ops.convSiluBackward(a); };
+    ref::ConvProblem pr = s.prob();
+    const Vec duD = dense(du, R, s.ldu, C), dendD = dense(dend, B, s.hstride, H);
+    auto loss = [&pr, &duD, &dendD] {
+        const ref::ConvResult r = ref::convSilu(pr);
+        return dotOf(r.u, duD) + dotOf(r.history, dendD);
+    };
+    const Vec wantX = centralDifferences(pr.x, loss), wantH = centralDifferences(pr.history, loss);
+    Vec wantW = centralDifferences(pr.w, loss), wantB = centralDifferences(pr.bias, loss);
+    for (size_t i = 0; i < wantW.size(); ++i) wantW[i] += dw0[i];
+    for (size_t i = 0; i < wantB.size(); ++i) wantB[i] += db0[i];
+    const int64_t hstride = s.hstride;
+    p.check = [=] {
+        const std::vector<float> gx = A->get(ddx, R * lddx), gh = A->get(ddh, B * hstride);
+        return std::vector<Compare>{nmax("dx", strip(gx, R, lddx, C), wantX, kTolConv), padding("dx", gx, R, lddx, C),
+                                    nmax("dhistory", strip(gh, B, hstride, H), wantH, kTolConv),
+                                    padding("dhistory", gh, B, hstride, H),
+                                    nmax("dw", A->get(ddw, static_cast<int64_t>(C) * K), wantW, kTolConv),
+                                    nmax("dbias", A->get(ddb, C), wantB, kTolConv)};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(ddx, R * lddx), A->get(ddh, B * hstride), A->get(ddw, static_cast<int64_t>(C) * K), A->get(ddb, C)};
     };
     p.bytes = 4.0 * 3.0 * R * C;
     return p;
@@ -848,7 +917,7 @@ Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, i
     float *ddt = A->poisoned(R * C), *ddbc = A->poisoned(R * lddbc), *ddu = A->poisoned(R * C),
           *ddz = A->poisoned(R * lddz), *ddal = A->put(dal0), *ddd = A->put(dd0);
     const ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
-                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N};
+                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N, nullptr, nullptr, 0};
     p.call = [&ops, a] { ops.selectiveScanBackward(a); };
     const ref::ScanGrads g = ref::selectiveScanBackward(s.prob, toDouble(doutv));
     Vec wantBC(static_cast<size_t>(R * 2 * N)), wantAl = toDouble(dal0), wantD = toDouble(dd0);
@@ -870,6 +939,69 @@ Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, i
     p.outputs = [=] {
         return Outputs{A->get(ddt, R * C), A->get(ddbc, R * lddbc), A->get(ddu, R * C),
                        A->get(ddz, R * lddz), A->get(ddal, hn),         A->get(ddd, C)};
+    };
+    p.bytes = 4.0 * R * (9.0 * C + 4.0 * N);
+    return p;
+}
+
+/**
+ * State carry: the scan backward with ∂L/∂h_end given (dh_end) and ∂L/∂h_0 asked for (dh_start). Reference: central
+ * differences of L = Σ dout ⊙ out + Σ dEnd ⊙ h_T (the double forward) over every input: dt, B, C, u, z, h_0, A, D.
+ */
+Prepared scanBackwardCarryCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32);
+    const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
+    const int64_t lddbc = 2 * N + 3, lddz = C + 5;
+    const ref::ScanResult fwd = ref::selectiveScan(s.prob);
+    const Vec ck = checkpointsOf(s.prob, fwd, chunk);
+    const std::vector<float> ckf(ck.begin(), ck.end());
+    const std::vector<float> doutv = uniform(rng, R * C, -1, 1);
+    const std::vector<float> dend = padded(rng, B, s.hstride, hn, -1, 1);
+    const std::vector<float> dal0 = uniform(rng, hn, -0.5, 0.5), dd0 = uniform(rng, C, -0.5, 0.5);
+    const float* xdbl = A->put(s.xdbl);
+    const float* xz = A->put(s.xz);
+    float *ddt = A->poisoned(R * C), *ddbc = A->poisoned(R * lddbc), *ddu = A->poisoned(R * C),
+          *ddz = A->poisoned(R * lddz), *ddal = A->put(dal0), *ddd = A->put(dd0), *dh0 = A->poisoned(B * s.hstride);
+    const ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
+                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N,
+                             A->put(dend), dh0, s.hstride};
+    p.call = [&ops, a] { ops.selectiveScanBackward(a); };
+    ref::ScanProblem pr = s.prob;
+    const Vec doutD = toDouble(doutv), dendD = dense(dend, B, s.hstride, hn);
+    auto loss = [&pr, &doutD, &dendD, B, T, C, N] {
+        const ref::ScanResult r = ref::selectiveScan(pr);
+        double l = dotOf(r.out, doutD);
+        for (int b = 0; b < B; ++b)
+            for (int d = 0; d < C; ++d)
+                for (int n = 0; n < N; ++n) l += r.state(pr, b, T, d, n) * dendD[(static_cast<int64_t>(b) * C + d) * N + n];
+        return l;
+    };
+    const Vec wDt = centralDifferences(pr.dt, loss), wB = centralDifferences(pr.B, loss), wC = centralDifferences(pr.C, loss);
+    const Vec wU = centralDifferences(pr.u, loss), wZ = centralDifferences(pr.z, loss), wH = centralDifferences(pr.h0, loss);
+    const Vec wA = centralDifferences(pr.a, loss), wD = centralDifferences(pr.d_skip, loss);
+    Vec wantBC(static_cast<size_t>(R * 2 * N)), wantAl = toDouble(dal0), wantD = toDouble(dd0);
+    for (int64_t r = 0; r < R; ++r)
+        for (int n = 0; n < N; ++n) {
+            wantBC[r * 2 * N + n] = wB[r * N + n];
+            wantBC[r * 2 * N + N + n] = wC[r * N + n];
+        }
+    for (size_t i = 0; i < wantAl.size(); ++i) wantAl[i] += wA[i] * pr.a[i];  // ∂/∂A_log = ∂/∂a · a
+    for (int d = 0; d < C; ++d) wantD[d] += wD[d];
+    const int64_t hstride = s.hstride;
+    p.check = [=] {
+        const std::vector<float> gbc = A->get(ddbc, R * lddbc), gz = A->get(ddz, R * lddz), gh = A->get(dh0, B * hstride);
+        return std::vector<Compare>{
+            nmax("ddt", A->get(ddt, R * C), wDt, kTolScanBwd),        nmax("dbc", strip(gbc, R, lddbc, 2 * N), wantBC, kTolScanBwd),
+            nmax("du", A->get(ddu, R * C), wU, kTolScanBwd),          nmax("dz", strip(gz, R, lddz, C), wZ, kTolScanBwd),
+            nmax("da_log", A->get(ddal, hn), wantAl, kTolScanBwd),    nmax("dd_skip", A->get(ddd, C), wantD, kTolScanBwd),
+            nmax("dh_start", strip(gh, B, hstride, hn), wH, kTolScanBwd), padding("dh_start", gh, B, hstride, hn)};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(ddt, R * C), A->get(ddbc, R * lddbc), A->get(ddu, R * C), A->get(ddz, R * lddz),
+                       A->get(ddal, hn),   A->get(ddd, C),          A->get(dh0, B * hstride)};
     };
     p.bytes = 4.0 * R * (9.0 * C + 4.0 * N);
     return p;
@@ -1349,6 +1481,9 @@ std::vector<Case> allCases() {
                 add("convSiluBackward", format("B=2 T=%d C=%d K=%d ld+", T, C, K), DTYPE_F32, "-", NEED_TRAINING, false,
                     [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, T, C, K); });
             }
+    for (int T : {9, 2})  // T 2 < K − 1: the end history still holds starting-history slots
+        add("convSiluBackward.carry", format("B=2 T=%d C=70 K=4 dhistory_end+dhistory", T), DTYPE_F32, "-", NEED_TRAINING,
+            false, [=](Ops& o, uint64_t s) { return convSiluBackwardCarryCase(o, s, 2, T, 70, 4); });
     add("convSiluBackward", "B=1 T=512 C=1536 K=4", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 1, 512, 1536, 4); });
 
@@ -1388,6 +1523,10 @@ std::vector<Case> allCases() {
                 [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, T, 72, N, chunkFor(T)); });
     add("selectiveScanBackward", "B=2 T=7 C=72 N=16 ckpt/4 dt in [15,25]", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 7, 72, 16, 4, true); });
+    add("selectiveScanBackward.carry", "B=2 T=12 C=20 N=4 ckpt/4 dh_end+dh_start", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 12, 20, 4, 4); });
+    add("selectiveScanBackward.carry", "B=2 T=6 C=72 N=16 ckpt/4 dh_end+dh_start", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 6, 72, 16, 4); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64); });
 

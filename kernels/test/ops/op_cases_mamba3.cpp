@@ -354,6 +354,99 @@ Prepared m3BackwardCase(Ops& ops, uint64_t seed, const M3Shape& sh) {
     return p;
 }
 
+/**
+ * State carry: the backward with ∂L/∂(end state) given (dstate_end) and ∂L/∂(start state) asked for (dstate), from a
+ * random start state (angles next to the wrap). Reference: central differences (h = 1e-6) of the double forward's
+ * L = Σ dout ⊙ out + Σ dEnd ⊙ state_end over the start state, every in_proj field and every per-head parameter.
+ */
+Prepared m3BackwardCarryCase(Ops& ops, uint64_t seed, const M3Shape& sh) {
+    Rng rng(seed);
+    Prepared p = m3Start(ops);
+    Arena* A = p.arena.get();
+    const M3Setup m = m3Setup(rng, sh);
+    const int64_t R = m.prob.rows(), E = m.prob.dInner(), W = m.prob.projWidth(), SS = m.prob.stateSize();
+    const int H = sh.H, N = sh.N, B = sh.B;
+    const ref::Mamba3Result fwd = ref::mamba3Scan(m.prob, sh.chunk);
+    const std::vector<float> ckf(fwd.checkpoints.begin(), fwd.checkpoints.end());
+    const std::vector<float> doutv = uniform(rng, R * E, -1, 1);
+    std::vector<float> dend(static_cast<size_t>(B * m.stride), poisonValue());
+    for (int b = 0; b < B; ++b)
+        for (int64_t i = 0; i < SS; ++i) dend[b * m.stride + i] = static_cast<float>(rng.uniform(-1, 1));
+    const std::vector<float> g0dt = uniform(rng, H, -0.5, 0.5), g0bb = uniform(rng, static_cast<int64_t>(H) * N, -0.5, 0.5),
+                             g0cb = uniform(rng, static_cast<int64_t>(H) * N, -0.5, 0.5), g0bn = uniform(rng, N, -0.5, 0.5),
+                             g0cn = uniform(rng, N, -0.5, 0.5), g0d = uniform(rng, H, -0.5, 0.5),
+                             g0gn = sh.gateNorm ? uniform(rng, E, -0.5, 0.5) : std::vector<float>{};
+    Mamba3ScanBackwardArgs a{};
+    a.fwd = m3Args(*A, m, A->put(m.proj), nullptr, nullptr, sh.T);
+    a.checkpoints = A->put(ckf);
+    a.chunk = sh.chunk;
+    a.dout = A->put(doutv);
+    a.lddout = E;
+    float* ddproj = A->poisoned(R * W);
+    a.dproj = ddproj;
+    a.lddproj = W;
+    float *gdt = A->put(g0dt), *gbb = A->put(g0bb), *gcb = A->put(g0cb), *gbn = A->put(g0bn), *gcn = A->put(g0cn), *gd = A->put(g0d);
+    float* ggn = sh.gateNorm ? A->put(g0gn) : nullptr;
+    a.d_dt_bias = gdt, a.d_b_bias = gbb, a.d_c_bias = gcb, a.d_b_norm = gbn, a.d_c_norm = gcn, a.d_d_skip = gd, a.d_gate_norm = ggn;
+    float* dstart = A->poisoned(B * m.stride);
+    a.dstate_end = A->put(dend);
+    a.dstate = dstart;
+    a.dstate_stride = m.stride;
+    p.call = [&ops, a] { ops.mamba3ScanBackward(a); };
+
+    ref::Mamba3Problem pr = m.prob;
+    const Vec doutD = toDouble(doutv), dendD = dense(dend, B, m.stride, SS);
+    auto loss = [&pr, &doutD, &dendD] {
+        const ref::Mamba3Result r = ref::mamba3Scan(pr);
+        double l = 0;
+        for (size_t i = 0; i < r.out.size(); ++i) l += r.out[i] * doutD[i];
+        for (size_t i = 0; i < r.state.size(); ++i) l += r.state[i] * dendD[i];
+        return l;
+    };
+    auto cd = [&loss](Vec& v) {
+        const double h = 1e-6;
+        Vec g(v.size());
+        for (size_t i = 0; i < v.size(); ++i) {
+            const double x = v[i];
+            v[i] = x + h;
+            const double lp = loss();
+            v[i] = x - h;
+            const double lm = loss();
+            v[i] = x;
+            g[i] = (lp - lm) / (2 * h);
+        }
+        return g;
+    };
+    auto plus = [](const std::vector<float>& g0, const Vec& d) {
+        Vec v = toDouble(g0);
+        for (size_t i = 0; i < v.size(); ++i) v[i] += d[i];
+        return v;
+    };
+    const Vec wState = cd(pr.state0), wProj = cd(pr.proj);
+    const Vec wdt = plus(g0dt, cd(pr.dt_bias)), wbb = plus(g0bb, cd(pr.b_bias)), wcb = plus(g0cb, cd(pr.c_bias)),
+              wbn = plus(g0bn, cd(pr.b_norm)), wcn = plus(g0cn, cd(pr.c_norm)), wd = plus(g0d, cd(pr.d_skip)),
+              wgn = sh.gateNorm ? plus(g0gn, cd(pr.gate_norm)) : Vec{};
+    const int64_t stride = m.stride;
+    const bool gateNorm = sh.gateNorm;
+    const double tol = sh.N == 1 ? kTolM3BwdOneState : kTolM3Bwd;
+    p.check = [=] {
+        const std::vector<float> gs = A->get(dstart, B * stride);
+        std::vector<Compare> c{nmax("dstate", strip(gs, B, stride, SS), wState, tol), padding("dstate", gs, B, stride, SS),
+                               nmax("dproj", A->get(ddproj, R * W), wProj, tol),
+                               nmax("d_dt_bias", A->get(gdt, H), wdt, tol),
+                               nmax("d_b_bias", A->get(gbb, static_cast<int64_t>(H) * N), wbb, tol),
+                               nmax("d_c_bias", A->get(gcb, static_cast<int64_t>(H) * N), wcb, tol),
+                               nmax("d_b_norm", A->get(gbn, N), wbn, tol),
+                               nmax("d_c_norm", A->get(gcn, N), wcn, tol),
+                               nmax("d_d_skip", A->get(gd, H), wd, tol)};
+        if (gateNorm) c.push_back(nmax("d_gate_norm", A->get(ggn, E), wgn, tol));
+        return c;
+    };
+    p.outputs = [=] { return std::vector<std::vector<float>>{A->get(dstart, B * stride), A->get(ddproj, R * W)}; };
+    p.bytes = 4.0 * R * (2.0 * W + 2.0 * E);
+    return p;
+}
+
 }  // namespace
 
 // ================================================================ the cases
@@ -442,6 +535,16 @@ std::vector<Case> mamba3Cases() {
     bwd(shapeOf(kHeadsA, 2, 256, 64, false));
     bwd(shapeOf(kHeadsB, 2, 1000, 64, true));
     bwd(shapeOf(kHeadsE, 2, 1000, 64, true));
+    // State carry (dstate_end in, dstate out), against central differences; the T 33 ckpt/64 shape is one the CUDA
+    // chunked backward would take without a carry.
+    auto carry = [&t](const M3Shape& s) {
+        t.push_back(Case{"mamba3ScanBackward.carry", shapeName(s) + " dstate_end+dstate", DTYPE_F32, "-", NEED_TRAINING, false,
+                         [s](Ops& o, uint64_t seed) { return m3BackwardCarryCase(o, seed, s); }});
+    };
+    carry(shapeOf(kHeadsB, 2, 12, 4, true));
+    carry(shapeOf(kHeadsC, 2, 9, 4, false));
+    carry(shapeOf(kHeadsA, 1, 5, 4, false));
+    carry(shapeOf(kHeadsB, 1, 33, 64, false));
 
     // The official default (d_model 1024) for timing: decode, prefill, the training forward and backward.
     fwd(officialShape(1, 1, 0), true, " (decode)");

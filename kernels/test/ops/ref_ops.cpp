@@ -213,11 +213,17 @@ public:
                     c.dbias[d] += dc[t];
                     for (int k = 0; k < K; ++k) c.dw[static_cast<int64_t>(d) * K + k] += dc[t] * in(t - H + k);
                 }
-                for (int s = 0; s < T; ++s) {
+                // inputs s < 0 are the starting history; the end history holds the inputs s ≥ T − H
+                for (int s = c.dhistory ? -H : 0; s < T; ++s) {
                     float acc = 0.f;
                     for (int k = 0; k < K; ++k)
-                        if (s + H - k < T) acc += w[k] * dc[s + H - k];
-                    c.dx[(static_cast<int64_t>(b) * T + s) * c.lddx + d] = acc;
+                        if (s + H - k >= 0 && s + H - k < T) acc += w[k] * dc[s + H - k];
+                    if (c.dhistory_end && s >= T - H)
+                        acc += c.dhistory_end[b * c.dhistory_stride + static_cast<int64_t>(d) * H + s - (T - H)];
+                    if (s >= 0)
+                        c.dx[(static_cast<int64_t>(b) * T + s) * c.lddx + d] = acc;
+                    else
+                        c.dhistory[b * c.dhistory_stride + static_cast<int64_t>(d) * H + H + s] = acc;
                 }
             }
     }
@@ -333,6 +339,13 @@ public:
             }
             for (int h = 0; h < H; ++h) {
                 std::vector<float> Gs(static_cast<size_t>(P) * N, 0.f), kappa(N, 0.f), dxNext(P, 0.f), phi(NA, 0.f);
+                if (a.dstate_end) {  // the carries start from the end state's gradient
+                    const float* e = a.dstate_end + b * a.dstate_stride;
+                    std::copy_n(e + static_cast<int64_t>(h) * P * N, P * N, Gs.begin());
+                    std::copy_n(e + s.kOffset() + static_cast<int64_t>(h) * N, N, kappa.begin());
+                    std::copy_n(e + s.vOffset() + static_cast<int64_t>(h) * P, P, dxNext.begin());
+                    std::copy_n(e + s.angleOffset() + static_cast<int64_t>(h) * NA, NA, phi.begin());
+                }
                 for (int t = T - 1; t >= 0; --t) {
                     const int64_t r = static_cast<int64_t>(b) * T + t;
                     const float* row = s.proj + r * s.ldproj;
@@ -434,6 +447,13 @@ public:
                     drow[s.trapCol() + h] = (dGa - dBe * v.alpha) * v.delta * v.sig * (1.f - v.sig);
                     a.d_dt_bias[h] += ddt;
                 }
+                if (a.dstate) {  // past step 0 the carries are the starting state's gradient
+                    float* d = a.dstate + b * a.dstate_stride;
+                    std::copy(Gs.begin(), Gs.end(), d + static_cast<int64_t>(h) * P * N);
+                    std::copy(kappa.begin(), kappa.end(), d + s.kOffset() + static_cast<int64_t>(h) * N);
+                    std::copy(dxNext.begin(), dxNext.end(), d + s.vOffset() + static_cast<int64_t>(h) * P);
+                    std::copy(phi.begin(), phi.end(), d + s.angleOffset() + static_cast<int64_t>(h) * NA);
+                }
             }
         }
         // BCNorm: rmsnormBackward per (row, group), with the shared weights.
@@ -460,6 +480,7 @@ public:
         for (int b = 0; b < s.batch; ++b)
             for (int d = 0; d < C; ++d) {
                 std::fill(G.begin(), G.end(), 0.f);
+                if (s.dh_end) std::copy_n(s.dh_end + b * s.dh_stride + static_cast<int64_t>(d) * N, N, G.begin());
                 const float* A = s.a + static_cast<int64_t>(d) * N;
                 for (int c = chunks - 1; c >= 0; --c) {
                     const int ta = c * K, tb = std::min(T, ta + K);
@@ -496,6 +517,7 @@ public:
                         s.ddt[r * C + d] = ddelta * (dtv > 20.f ? 1.f : sigm(dtv));
                     }
                 }
+                if (s.dh_start) std::copy_n(G.begin(), N, s.dh_start + b * s.dh_stride + static_cast<int64_t>(d) * N);
             }
     }
 

@@ -90,10 +90,15 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     ops.gemm(Gemm::weightGrad(dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
 
     // gate + D skip + scan + softplus: ddt, dB/dC (into dxdbl), du, dz (into dxz), dA_log, dD.
-    ops.selectiveScanBackward(ScanBackwardArgs{
+    // With a state carry, the h part of the state gradient (the conv history comes first in a layer's state).
+    ScanBackwardArgs scan{
         tp.dt.data(), negA(w, c.layer), tp.xdbl.data() + d_.dt_rank, d_.xdbl, tp.u.data(), tp.xz.data() + E, 2 * E,
         w.vec(L.d), tp.checkpoints.data(), kScanChunk, g.gated.data(), g.dt.data(), g.xdbl.data() + d_.dt_rank, d_.xdbl,
-        g.u.data(), g.xz.data() + E, 2 * E, grad(L.a_log), grad(L.d), c.B, c.T, E, d_.d_state});
+        g.u.data(), g.xz.data() + E, 2 * E, grad(L.a_log), grad(L.d), c.B, c.T, E, d_.d_state, nullptr, nullptr, 0};
+    scan.dh_end = c.dend ? c.dend + d_.conv_state : nullptr;
+    scan.dh_start = c.dstart ? c.dstart + d_.conv_state : nullptr;
+    scan.dh_stride = c.state_stride;
+    ops.selectiveScanBackward(scan);
 
     // dt_proj: dW_dt += ddtᵀ·δ, db_dt += Σ ddt, dδ = ddt·W_dt.
     ops.gemm(Gemm::weightGrad(g.dt.data(), E, tp.xdbl.data(), d_.xdbl, R, E, d_.dt_rank, grad(L.dt_w), grad(L.dt_b)));
@@ -106,7 +111,7 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     // conv + SiLU: dx (into dxz's first half), dconv_w, dconv_b.
     ops.convSiluBackward(ConvBackwardArgs{tp.xz.data(), 2 * E, c.start, c.state_stride, w.vec(L.conv_w),
                                           w.vec(L.conv_b), g.u.data(), E, g.xz.data(), 2 * E, grad(L.conv_w),
-                                          grad(L.conv_b), c.B, c.T, E, d_.d_conv});
+                                          grad(L.conv_b), c.B, c.T, E, d_.d_conv, c.dend, c.dstart, c.state_stride});
 
     // in_proj: dW_in += dxzᵀ·normed, dnormed = dxz·W_in.
     ops.gemm(Gemm::weightGrad(g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr));

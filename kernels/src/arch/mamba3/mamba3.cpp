@@ -105,6 +105,9 @@ void Mamba3::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     a.d_c_norm = grad(L.c_norm);
     a.d_d_skip = grad(L.d);
     a.d_gate_norm = grad(L.gate_norm);
+    a.dstate_end = c.dend;  // the layer's state is the scan's state, whole
+    a.dstate = c.dstart;
+    a.dstate_stride = c.state_stride;
     ops.mamba3ScanBackward(a);
 
     // in_proj: dW_in += dprojᵀ·normed, dnormed = dproj·W_in.

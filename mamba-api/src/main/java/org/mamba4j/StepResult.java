@@ -17,9 +17,16 @@ package org.mamba4j;
  *                          target; NaN otherwise
  * @param counted           targets the loss counted (cross-entropy: positions not ignored; MSE: elements);
  *                          0 without a loss
+ * @param lossScale         the loss scale this call's gradients were computed with ({@link LossScaler}; 1 without)
  */
 public record StepResult(long step, boolean optimizerStepped, boolean skipped, double gradNorm, double learningRate,
-                         double loss, double accuracy, long counted) {
+                         double loss, double accuracy, long counted, double lossScale) {
+
+    /** A result without loss scaling (lossScale 1). */
+    public StepResult(long step, boolean optimizerStepped, boolean skipped, double gradNorm, double learningRate,
+                      double loss, double accuracy, long counted) {
+        this(step, optimizerStepped, skipped, gradNorm, learningRate, loss, accuracy, counted, 1);
+    }
 
     @Override
     public String toString() {
@@ -28,6 +35,7 @@ public record StepResult(long step, boolean optimizerStepped, boolean skipped, d
         if (!Double.isNaN(accuracy)) s.append(String.format(" acc %.1f%%", 100 * accuracy));
         if (!Double.isNaN(gradNorm)) s.append(String.format(" |g| %.4g", gradNorm));
         s.append(String.format(" lr %.3g", learningRate));
+        if (lossScale != 1) s.append(String.format(" scale %.6g", lossScale));
         if (skipped) s.append(" (optimizer step skipped: non-finite loss or gradient)");
         else if (!optimizerStepped) s.append(" (no optimizer step)");
         return s.toString();

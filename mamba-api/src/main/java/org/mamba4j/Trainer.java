@@ -29,9 +29,17 @@ import org.mamba4j.nativ.global.libmamba;
  * {@link #forward} and its {@link #backward}.
  *
  * <p><b>Shapes.</b> Every call works on one batch of {@link #batch()} sequences of {@link #seqLen()} steps:
- * inputs {@code [B, T, inputWidth]}, outputs and output gradients {@code [B, T, dModel]}, all row-major.
+ * inputs {@code [B, T, inputWidth]}, outputs, output gradients and MSE targets {@code [B, T, outputWidth]} (dModel, or
+ * the width of an {@link Builder#outputHead}), cross-entropy targets {@code [B, T]}, all row-major.
  * Each sequence starts from a zero recurrent state unless {@link #burnIn} or {@link #startFrom} prepared
- * one for the next forward; the start state receives no gradient (truncated BPTT).
+ * one for the next forward; the start state receives no gradient (truncated BPTT) unless
+ * {@link #setStateGradients} asks for it.
+ *
+ * <p><b>Long streams, window by window.</b> {@link #startFrom} the end state of the previous window
+ * ({@link #readEndState}) carries the state across windows; {@link #setStateGradients} exposes the start state's
+ * gradient ({@link #readStartStateGradient}), and {@link #setEndStateGradient} feeds the next window's start-state
+ * gradient back into a window's backward, so the gradients of a whole stream can be computed exactly as one
+ * backward through time over all windows, or truncated at any window boundary.
  *
  * <p><b>Gradients.</b> Backward calls add to the accumulated gradient; an optimizer step clips the whole
  * gradient vector to {@link Builder#clipGradNorm} (reporting the pre-clip norm), runs AdamW and clears it.
@@ -41,6 +49,14 @@ import org.mamba4j.nativ.global.libmamba;
  * exists fused ({@link #stepMse}), and softmax cross-entropy over a learnable linear head
  * ({@link Builder#crossEntropyHead}) is fused natively ({@link #stepCrossEntropy}): logits never leave
  * native memory. The head is trained by the same AdamW and read back with {@link #head()}.
+ *
+ * <p><b>Output head.</b> {@link Builder#outputHead outputHead(width)} adds a learnable linear layer [width, dModel] +
+ * bias after the final norm; outputs, output gradients and MSE targets are then [B, T, width] (width 1: a scalar
+ * target per position). {@link #head()} / {@link #loadHead} save and restore it like the cross-entropy head.
+ *
+ * <p><b>Loss scaling.</b> {@link Builder#lossScaler} scales every backward's output gradient by a dynamic loss scale
+ * and unscales inside AdamW ({@link LossScaler}: GradScaler semantics); a step with a non-finite gradient is skipped
+ * and the scale backs off.
  *
  * <p><b>Reinforcement learning.</b> A target network's forward needs no tape: use {@link #targetForward}
  * (the model's inference forward) or a {@link #snapshot()} updated every N steps.
@@ -95,12 +111,13 @@ public final class Trainer implements AutoCloseable {
 
     private final MambaModel model;
     private final org.mamba4j.nativ.Trainer peer;
-    private final int batch, seqLen, ignoreIndex, vocab;
+    private final int batch, seqLen, ignoreIndex, vocab, outputHead;
     private final List<String> names;
     private final long[] sizes;
     private final LearningRateSchedule schedule;
     private final NativeGuard guard;
     private volatile AdamW adamW;
+    private final LossScaler lossScaler;
 
     private Trainer(Builder b) {
         this.model = b.model;
@@ -108,6 +125,7 @@ public final class Trainer implements AutoCloseable {
         this.seqLen = b.seqLen;
         this.ignoreIndex = b.ignoreIndex;
         this.vocab = b.vocab;
+        this.outputHead = b.outputHead;
         this.schedule = b.schedule;
         this.adamW = b.adamW;
         // libmamba's trainer uses the model until it is destroyed: the model's peer stays until this one is freed
@@ -120,6 +138,7 @@ public final class Trainer implements AutoCloseable {
         try {
             this.names = guard.get(() -> {
                 if (b.vocab > 0) peer.addHead(b.vocab, b.headSeed);
+                if (b.outputHead > 0) peer.addRegressionHead(b.outputHead, b.headSeed);
                 List<String> n = new ArrayList<>();
                 for (int i = 0; i < peer.paramCount(); i++) n.add(peer.paramName(i).getString());
                 return Collections.unmodifiableList(n);
@@ -133,7 +152,17 @@ public final class Trainer implements AutoCloseable {
             guard.run(() -> {
                 applyAdamW(adamW, decay);
                 peer.setClipGradNorm((float) b.clip);
+                if (b.lossScaler != null) {
+                    try (org.mamba4j.nativ.LossScalerConfig c = new org.mamba4j.nativ.LossScalerConfig()) {
+                        c.enabled(true).init_scale((float) b.lossScaler.initScale())
+                                .growth_factor((float) b.lossScaler.growthFactor())
+                                .backoff_factor((float) b.lossScaler.backoffFactor())
+                                .growth_interval(b.lossScaler.growthInterval());
+                        peer.setLossScaler(c);
+                    }
+                }
             });
+            this.lossScaler = b.lossScaler;
         } catch (RuntimeException e) {
             guard.close();
             throw e;
@@ -159,19 +188,21 @@ public final class Trainer implements AutoCloseable {
     public int seqLen() { return seqLen; }
     /** Floats per input position. */
     public int inputWidth() { return model.inputWidth(); }
-    /** Floats per output position ({@code dModel}). */
-    public int outputWidth() { return model.outputWidth(); }
-    /** The head's vocabulary size, or 0 without a head. */
+    /** Floats per output position of forward/backward/step/stepMse: the {@link Builder#outputHead} width, or {@code dModel}. */
+    public int outputWidth() { return outputHead > 0 ? outputHead : model.outputWidth(); }
+    /** The output head's width ({@link Builder#outputHead}), or 0 without one. */
+    public int outputHeadWidth() { return outputHead; }
+    /** The cross-entropy head's vocabulary size, or 0 without one. */
     public int vocab() { return vocab; }
 
     // ---- fused steps ----
 
-    /** Forward + backward of {@code dOutput} [B, T, dModel] + clip + AdamW. */
+    /** Forward + backward of {@code dOutput} [B, T, outputWidth] + clip + AdamW. */
     public StepResult step(float[] inputs, float[] dOutput) {
         return step(inputs, dOutput, BackwardOptions.step());
     }
 
-    /** Forward + backward of {@code dOutput} [B, T, dModel] (+ optimizer step, per {@code options}). */
+    /** Forward + backward of {@code dOutput} [B, T, outputWidth] (+ optimizer step, per {@code options}). */
     public StepResult step(float[] inputs, float[] dOutput, BackwardOptions options) {
         checkInputs(inputs);
         checkOutputs("dOutput", dOutput);
@@ -183,7 +214,7 @@ public final class Trainer implements AutoCloseable {
         });
     }
 
-    /** Forward + mean-squared error against {@code targets} [B, T, dModel] + backward + clip + AdamW. */
+    /** Forward + mean-squared error against {@code targets} [B, T, outputWidth] + backward + clip + AdamW. */
     public StepResult stepMse(float[] inputs, float[] targets) {
         return stepMse(inputs, targets, BackwardOptions.step());
     }
@@ -214,7 +245,7 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkTargets(targets);
         Objects.requireNonNull(options, "options");
-        checkHead();
+        checkCrossEntropyHead();
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
             return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
@@ -312,13 +343,13 @@ public final class Trainer implements AutoCloseable {
     public StepResult evaluateCrossEntropy(float[] inputs, int[] targets) {
         checkInputs(inputs);
         checkTargets(targets);
-        checkHead();
+        checkCrossEntropyHead();
         return guard.get(() -> result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
     }
 
     // ---- split forward / backward ----
 
-    /** Training forward: returns the outputs [B, T, dModel] and keeps what {@link #backward} needs. */
+    /** Training forward: returns the outputs [B, T, {@link #outputWidth()}] and keeps what {@link #backward} needs. */
     public float[] forward(float[] inputs) {
         checkInputs(inputs);
         float[] y = new float[batch * seqLen * outputWidth()];
@@ -363,7 +394,10 @@ public final class Trainer implements AutoCloseable {
         return dx;
     }
 
-    /** The accumulated gradient of one trainable tensor (zero right after an optimizer step). */
+    /**
+     * The accumulated gradient of one trainable tensor (zero right after an optimizer step); with a
+     * {@link LossScaler}, times the loss scale.
+     */
     public float[] gradient(String name) {
         int i = index(name);
         float[] g = new float[Math.toIntExact(sizes[i])];
@@ -404,6 +438,87 @@ public final class Trainer implements AutoCloseable {
     public void readEndState(MambaState state) {
         checkState(state);
         guard.run(() -> peer.readEndState(state.peer()), state.guard());
+    }
+
+    // ---- loss scaling ----
+
+    /** The loss scaler of {@link Builder#lossScaler}, or null. */
+    public LossScaler lossScaler() {
+        return lossScaler;
+    }
+
+    /** The scale of the next backward's gradients (1 without a loss scaler). */
+    public double lossScale() {
+        return guard.get(peer::lossScale);
+    }
+
+    /** Applied optimizer steps in a row since the loss scale last changed (0 without a loss scaler). */
+    public long lossScalerCleanSteps() {
+        return guard.get(peer::lossScalerCleanSteps);
+    }
+
+    /** Restores the loss scaler's state (e.g. on resume, from {@link #lossScale()} and {@link #lossScalerCleanSteps()}). */
+    public void restoreLossScaler(double scale, long cleanSteps) {
+        if (lossScaler == null) throw new IllegalStateException("this trainer has no loss scaler");
+        if (!(scale > 0) || Float.isInfinite((float) scale))
+            throw new IllegalArgumentException("loss scale " + scale + " must be finite and > 0");
+        if (cleanSteps < 0) throw new IllegalArgumentException("clean steps " + cleanSteps + " must be >= 0");
+        guard.run(() -> peer.setLossScalerState((float) scale, cleanSteps));
+    }
+
+    // ---- state carry with gradients ----
+
+    /**
+     * Turns on (or off) the gradient with respect to the start state: every later backward (fused or split, every
+     * loss) also computes ∂L/∂(the state its forward started from), read with {@link #readStartStateGradient}. Off
+     * by default: the start state is then a constant (truncated BPTT) and the backward skips that work (on a CUDA
+     * device a Mamba-3 backward with state gradients runs the sequential kernels, not the chunked ones).
+     */
+    public void setStateGradients(boolean on) {
+        guard.run(() -> peer.setStateGradients(on));
+    }
+
+    /** Whether backward computes the start state's gradient ({@link #setStateGradients}). */
+    public boolean stateGradients() {
+        return guard.get(peer::stateGradients);
+    }
+
+    /**
+     * The next backward treats {@code gradient} as ∂L/∂(the state its forward ended in) and lets it flow back through
+     * the window, in the scale of that backward's output gradient. Typically the start-state gradient of the
+     * following window: re-running window k's forward from its start and backward with window k+1's start-state
+     * gradient gives exactly the gradients of one backward through time over both windows. {@code gradient} is a
+     * state of this model with {@link #batch()} rows holding gradient values in the state's row layout
+     * ({@link MambaState}). Applies to one backward.
+     */
+    public void setEndStateGradient(MambaState gradient) {
+        checkState(gradient);
+        guard.run(() -> peer.setEndStateGradient(gradient.peer()), gradient.guard());
+    }
+
+    /**
+     * Writes ∂L/∂(start state) of the last backward (times its scale) into {@code into}, in the state's row layout:
+     * per row and layer, Mamba-1: the conv history's gradient then h's; Mamba-3: S, k_prev, v_prev, the angles.
+     * Needs {@link #setStateGradients setStateGradients(true)} before that backward.
+     */
+    public void readStartStateGradient(MambaState into) {
+        checkState(into);
+        guard.run(() -> peer.readStartStateGradient(into.peer()), into.guard());
+    }
+
+    /** As {@link #readStartStateGradient(MambaState)}, as a new array [B, {@link MambaState#rowSize()}]. */
+    public float[] startStateGradient() {
+        try (MambaState g = model.newState(batch)) {
+            readStartStateGradient(g);
+            int n = g.rowSize();
+            float[] out = new float[batch * n];
+            float[] row = new float[n];
+            for (int b = 0; b < batch; b++) {
+                g.readRow(b, row);
+                System.arraycopy(row, 0, out, b * n, n);
+            }
+            return out;
+        }
     }
 
     // ---- optimizer ----
@@ -486,7 +601,10 @@ public final class Trainer implements AutoCloseable {
 
     // ---- head and weights ----
 
-    /** A copy of the cross-entropy head's weights. */
+    /**
+     * A copy of the head's weights: the cross-entropy head ([vocab, dModel]) or the output head ([width, dModel];
+     * {@link LinearHead#vocab()} is then its width), e.g. to {@link LinearHead#save} it next to the model.
+     */
     public LinearHead head() {
         checkHead();
         int P = names.size() - 2;
@@ -495,17 +613,18 @@ public final class Trainer implements AutoCloseable {
             peer.readParam(P, w, w.length);
             peer.readParam(P + 1, b, b.length);
         });
-        return new LinearHead(b.length, outputWidth(), w, b);
+        return new LinearHead(b.length, model.outputWidth(), w, b);
     }
 
-    /** Replaces the head's weights (same vocabulary and width), e.g. to resume from a saved head. */
+    /** Replaces the head's weights (same shape: vocabulary or output width, and dModel), e.g. to resume from a saved head. */
     public void loadHead(LinearHead head) {
         Objects.requireNonNull(head, "head");
         guard.checkOpen();
         checkHead();
-        if (head.vocab() != vocab() || head.dModel() != outputWidth())
+        int rows = vocab > 0 ? vocab : outputHead;
+        if (head.vocab() != rows || head.dModel() != model.outputWidth())
             throw new IllegalArgumentException("the head is [" + head.vocab() + ", " + head.dModel() + "]; this trainer's is ["
-                    + vocab() + ", " + outputWidth() + "]");
+                    + rows + ", " + model.outputWidth() + "]");
         int P = names.size() - 2;
         float[] w = head.weight(), b = head.bias();
         guard.run(() -> {
@@ -564,7 +683,8 @@ public final class Trainer implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "Trainer{batch=" + batch + ", seqLen=" + seqLen + ", " + adamW + ", vocab=" + vocab() + "}";
+        return "Trainer{batch=" + batch + ", seqLen=" + seqLen + ", " + adamW + ", vocab=" + vocab()
+                + (outputHead > 0 ? ", outputHead=" + outputHead : "") + "}";
     }
 
     // ---- internals ----
@@ -607,7 +727,8 @@ public final class Trainer implements AutoCloseable {
             boolean stepped = s.applied();
             return new StepResult(s.step(), stepped, apply && !stepped, apply ? s.grad_norm() : Double.NaN,
                     s.learning_rate(), s.has_loss() ? s.loss() : Double.NaN,
-                    s.has_loss() && crossEntropy ? s.accuracy() : Double.NaN, s.has_loss() ? s.counted() : 0);
+                    s.has_loss() && crossEntropy ? s.accuracy() : Double.NaN, s.has_loss() ? s.counted() : 0,
+                    s.loss_scale());
         }
     }
 
@@ -618,8 +739,13 @@ public final class Trainer implements AutoCloseable {
     }
 
     private void checkHead() {
-        if (vocab() == 0)
-            throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab)");
+        if (vocab == 0 && outputHead == 0)
+            throw new IllegalStateException("this trainer has no head: build it with crossEntropyHead(vocab) or outputHead(width)");
+    }
+
+    private void checkCrossEntropyHead() {
+        if (vocab == 0)
+            throw new IllegalStateException("this trainer has no cross-entropy head: build it with crossEntropyHead(vocab)");
     }
 
     private void requireLanguageModel() {
@@ -669,12 +795,13 @@ public final class Trainer implements AutoCloseable {
     /** Fluent builder for {@link Trainer}. */
     public static final class Builder {
         private final MambaModel model;
-        private int batch = 1, seqLen = 1, threads = 0, vocab = 0, ignoreIndex = DEFAULT_IGNORE_INDEX;
+        private int batch = 1, seqLen = 1, threads = 0, vocab = 0, outputHead = 0, ignoreIndex = DEFAULT_IGNORE_INDEX;
         private long headSeed = 0;
         private AdamW adamW = AdamW.defaults();
         private double clip = 0;
         private LearningRateSchedule schedule;
         private GemmMode gemmMode;
+        private LossScaler lossScaler;
 
         private Builder(MambaModel model) {
             this.model = Objects.requireNonNull(model, "model");
@@ -686,6 +813,15 @@ public final class Trainer implements AutoCloseable {
          */
         public Builder gemmMode(GemmMode mode) {
             this.gemmMode = Objects.requireNonNull(mode, "mode");
+            return this;
+        }
+
+        /**
+         * Dynamic loss scaling ({@link LossScaler#dynamic()}: GradScaler's semantics and defaults), for training with
+         * 16-bit arithmetic; any dtype accepts it. Default: none (scale 1).
+         */
+        public Builder lossScaler(LossScaler scaler) {
+            this.lossScaler = java.util.Objects.requireNonNull(scaler, "scaler");
             return this;
         }
 
@@ -740,6 +876,19 @@ public final class Trainer implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Adds a learnable linear output head [width, dModel] + bias (U(±1/√dModel), bias 0; tensors
+         * {@code regression_head.weight}, {@code regression_head.bias}) after the backbone's final norm: {@link #forward},
+         * {@link #backward}, {@link #step} and {@link #stepMse} then work on its outputs [B, T, width] — e.g. width 1
+         * for a scalar target per position. Trained by the same AdamW; {@link Trainer#head()} reads it. Not with
+         * {@link #crossEntropyHead}, nor for a language model.
+         */
+        public Builder outputHead(int width) {
+            Checks.positive("width", width);
+            this.outputHead = width;
+            return this;
+        }
+
         /** Seed of the head's initialisation (default 0). */
         public Builder headSeed(long seed) {
             this.headSeed = seed;
@@ -754,6 +903,12 @@ public final class Trainer implements AutoCloseable {
 
         /** Allocates the trainer (gradients, AdamW moments, activation tape). */
         public Trainer build() {
+            if (vocab > 0 && outputHead > 0)
+                throw new IllegalStateException("a trainer has one head: crossEntropyHead(" + vocab + ") or outputHead("
+                        + outputHead + "), not both");
+            if (outputHead > 0 && model.vocabSize() > 0)
+                throw new IllegalStateException("a language model trains its own lm_head with stepTokens: do not add"
+                        + " outputHead(" + outputHead + ")");
             if (vocab > 0 && model.vocabSize() > 0)
                 throw new IllegalStateException("a language model trains its own lm_head with stepTokens: do not add"
                         + " crossEntropyHead(" + vocab + ")");
