@@ -3,15 +3,17 @@
 # after `mvn -q install -DskipTests && ../shared/device/make-bundle.sh .device mamba-api mamba-lm benchmarks` here):
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
+#   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-steps=${*:-hf kernels tests bench}
+steps=${*:-hf ops tests bench}
 export MAMBA4J_HF_MODELS=/tmp/hf-models PYTHONUNBUFFERED=1
 for step in $steps; do
   case $step in
     hf) python3 scripts/hf_reference.py "$MAMBA4J_HF_MODELS" 2>&1 | tee "$OUT/hf_reference.log" ;;
     kernels) [ -x .cudatest/kernel_test ] && .cudatest/kernel_test 2>&1 | tee "$OUT/kernel_test.log" ;;
+    ops) ( source scripts/device-optest.sh && $OPTEST --backend cuda > "$OUT/op_test.log" 2>&1; grep -E 'FAIL|^op_test:' "$OUT/op_test.log" | tail -40 ) ;;
     tests) bash .device/run.sh tests --include-tag gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE '^\s+at ' | tail -80 ;;
     bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log"
            bash .device/run.sh main org.mamba4j.bench.GpuGenerateBench 2>&1 | tee "$OUT/generate_bench.log" ;;

@@ -14,19 +14,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 [ -x "$CS" ] || { echo "device-sanitize.sh: compute-sanitizer not found (set COMPUTE_SANITIZER)" >&2; exit 2; }
 LIMIT=${SAN_TIMEOUT:-240}
-# the op test and the OpenBLAS it links (taken from the bundle's OpenBLAS jar)
-bash .device/run.sh main -version >/dev/null 2>&1   # unpacks the bundle
-OPTEST=/tmp/op_test; [ -x $OPTEST ] || xz -dc .device/op_test.xz > $OPTEST && chmod +x $OPTEST
-mkdir -p /tmp/oblas
-python3 - <<'PY'
-import glob, zipfile, os
-jar = glob.glob('/tmp/mamba4j-bundle/lib/openblas-*-linux-x86_64.jar')[0]
-with zipfile.ZipFile(jar) as z:
-    for n in z.namelist():
-        if n.endswith(('.so.0', '.so.5', '.so.1')) and 'linux-x86_64/' in n:
-            open('/tmp/oblas/' + os.path.basename(n), 'wb').write(z.read(n))
-PY
-export LD_LIBRARY_PATH=/tmp/oblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source scripts/device-optest.sh   # $OPTEST and its OpenBLAS
 run() {  # run NAME TOOL CMD...  → exit status (124 = cut short), a summary line
   local name=$1 tool=$2; shift 2
   timeout "$LIMIT" "$CS" --tool "$tool" --error-exitcode 99 --print-limit 50 "$@" > "$OUT/$name.$tool.log" 2>&1
