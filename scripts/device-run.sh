@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call that checks and times everything GPU-side (run on the H200 machine, from the repo root,
-# after `mvn -q install -DskipTests && ../shared/device/make-bundle.sh .device mamba-api mamba-lm benchmarks` here):
+# after `mvn -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm benchmarks` here, and the op test as device-optest.sh says):
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
 #   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
