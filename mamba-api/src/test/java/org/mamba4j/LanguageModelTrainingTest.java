@@ -87,19 +87,6 @@ class LanguageModelTrainingTest {
         return crossEntropy(logits, V, targets, ignore, null);
     }
 
-    private static double[] centralDifferences(double[] arr, DoubleSupplier loss) {
-        double[] g = new double[arr.length];
-        for (int i = 0; i < arr.length; i++) {
-            double v = arr[i];
-            arr[i] = v + H;
-            double lp = loss.getAsDouble();
-            arr[i] = v - H;
-            double lm = loss.getAsDouble();
-            arr[i] = v;
-            g[i] = (lp - lm) / (2 * H);
-        }
-        return g;
-    }
 
     @Test
     void mamba1EveryGradientMatchesCentralDifferencesTiedAndUntied() {
@@ -119,7 +106,7 @@ class LanguageModelTrainingTest {
                 assertEquals(trainer.evaluateTokens(ids, targets).loss(), r.loss(), 1e-6 * want, "evaluateTokens");
                 List<String> report = new ArrayList<>();
                 for (String name : model.parameterNames()) {
-                    double err = TestUtil.relL2(trainer.gradient(name), centralDifferences(ref.w.get(name), loss));
+                    double err = TestUtil.relL2(trainer.gradient(name), TestUtil.centralDifferences(ref.w.get(name), H, loss));
                     report.add(String.format("%s %.2e", name, err));
                     assertTrue(err < FD_TOL, (tied ? "tied " : "untied ") + name + ": relative error " + err + "\n"
                             + String.join("\n", report));

@@ -150,13 +150,13 @@ class Mamba3ReferenceTest {
                         () -> Mamba3Reference.dot(ref.forward(x, ids, B, T, Mamba3Reference.copy(s0)), P);
                 List<String> report = new ArrayList<>();
                 for (String name : m.parameterNames()) {
-                    double[] fd = centralDifferences(ref.w.get(name), loss, h);
+                    double[] fd = TestUtil.centralDifferences(ref.w.get(name), h, loss);
                     double err = relL2(g.params().get(name), fd);
                     report.add(String.format("%-40s %.2e", name, err));
                     assertTrue(err < 1e-7, k.name + ": " + name + " rel L2 " + err + "\n" + String.join("\n", report));
                 }
                 if (x != null) {
-                    double err = relL2(g.input(), centralDifferences(x, loss, h));
+                    double err = relL2(g.input(), TestUtil.centralDifferences(x, h, loss));
                     report.add(String.format("%-40s %.2e", "input", err));
                     assertTrue(err < 1e-7, k.name + ": input rel L2 " + err);
                 }
@@ -165,17 +165,4 @@ class Mamba3ReferenceTest {
         }
     }
 
-    static double[] centralDifferences(double[] arr, java.util.function.DoubleSupplier loss, double h) {
-        double[] g = new double[arr.length];
-        for (int i = 0; i < arr.length; i++) {
-            double v = arr[i];
-            arr[i] = v + h;
-            double lp = loss.getAsDouble();
-            arr[i] = v - h;
-            double lm = loss.getAsDouble();
-            arr[i] = v;
-            g[i] = (lp - lm) / (2 * h);
-        }
-        return g;
-    }
 }

@@ -27,19 +27,6 @@ class OutputHeadTest {
     private static final double H = 1e-5, TOL = 1e-3;
     private static final int D = 8, IN = 3;
 
-    private static double[] centralDifferences(double[] arr, DoubleSupplier loss) {
-        double[] g = new double[arr.length];
-        for (int i = 0; i < arr.length; i++) {
-            double v = arr[i];
-            arr[i] = v + H;
-            double lp = loss.getAsDouble();
-            arr[i] = v - H;
-            double lm = loss.getAsDouble();
-            arr[i] = v;
-            g[i] = (lp - lm) / (2 * H);
-        }
-        return g;
-    }
 
     /** o = W·y + b per position: y [rows, D] → [rows, width]. */
     private static double[] head(double[] y, int rows, double[] w, double[] b, int width) {
@@ -85,10 +72,10 @@ class OutputHeadTest {
 
             List<String> report = new ArrayList<>();
             for (String name : model.parameterNames())
-                check(what + " " + name, t.gradient(name), centralDifferences(refWeights.get(name), loss), report);
-            check(what + " regression_head.weight", t.gradient("regression_head.weight"), centralDifferences(hw, loss), report);
-            check(what + " regression_head.bias", t.gradient("regression_head.bias"), centralDifferences(hb, loss), report);
-            check(what + " input", t.inputGradient(), centralDifferences(xd, loss), report);
+                check(what + " " + name, t.gradient(name), TestUtil.centralDifferences(refWeights.get(name), H, loss), report);
+            check(what + " regression_head.weight", t.gradient("regression_head.weight"), TestUtil.centralDifferences(hw, H, loss), report);
+            check(what + " regression_head.bias", t.gradient("regression_head.bias"), TestUtil.centralDifferences(hb, H, loss), report);
+            check(what + " input", t.inputGradient(), TestUtil.centralDifferences(xd, H, loss), report);
             System.out.println("output head vs central differences, " + what + ":\n  " + String.join("\n  ", report));
         }
     }

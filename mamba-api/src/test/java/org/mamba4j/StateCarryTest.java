@@ -29,25 +29,7 @@ class StateCarryTest {
 
     // ---------------------------------------------------------------- helpers
 
-    private static double[] centralDifferences(double[] arr, DoubleSupplier loss) {
-        double[] g = new double[arr.length];
-        for (int i = 0; i < arr.length; i++) {
-            double v = arr[i];
-            arr[i] = v + H;
-            double lp = loss.getAsDouble();
-            arr[i] = v - H;
-            double lm = loss.getAsDouble();
-            arr[i] = v;
-            g[i] = (lp - lm) / (2 * H);
-        }
-        return g;
-    }
 
-    private static double dot(double[] a, float[] p) {
-        double s = 0;
-        for (int i = 0; i < a.length; i++) s += a[i] * p[i];
-        return s;
-    }
 
     /** A state holding `rows` ([B · rowSize]) in its row layout. */
     private static MambaState stateOf(MambaModel m, int B, float[] rows) {
@@ -160,14 +142,14 @@ class StateCarryTest {
                 double[] xd = Mamba1TrainReference.toDouble(x), s0d = Mamba1TrainReference.toDouble(s0);
                 DoubleSupplier loss = () -> {
                     Mamba1TrainReference.State s = m1State(ref, s0d, B);
-                    double l = dot(ref.forward(xd, B, T, s), P);
+                    double l = TestUtil.dot(ref.forward(xd, B, T, s), P);
                     return l + m1Dot(ref, s, Q);
                 };
                 List<String> report = new ArrayList<>();
-                check("T " + T + " d_conv " + sh[1] + ": start state", ds0, centralDifferences(s0d, loss), report);
+                check("T " + T + " d_conv " + sh[1] + ": start state", ds0, TestUtil.centralDifferences(s0d, H, loss), report);
                 for (String name : model.parameterNames())
-                    check("T " + T + ": " + name, t.gradient(name), centralDifferences(ref.w.get(name), loss), report);
-                check("T " + T + ": input", t.inputGradient(), centralDifferences(xd, loss), report);
+                    check("T " + T + ": " + name, t.gradient(name), TestUtil.centralDifferences(ref.w.get(name), H, loss), report);
+                check("T " + T + ": input", t.inputGradient(), TestUtil.centralDifferences(xd, H, loss), report);
                 System.out.println("Mamba-1 state carry vs central differences:\n  " + String.join("\n  ", report));
             }
         }
@@ -190,15 +172,15 @@ class StateCarryTest {
             DoubleSupplier loss = () -> {
                 double[][] s = new double[B][n];
                 for (int b = 0; b < B; b++) System.arraycopy(s0d, b * n, s[b], 0, n);
-                double l = dot(ref.forward(xd, null, B, T, s), P);
+                double l = TestUtil.dot(ref.forward(xd, null, B, T, s), P);
                 for (int b = 0; b < B; b++)
                     for (int i = 0; i < n; i++) l += s[b][i] * Q[b * n + i];
                 return l;
             };
             List<String> report = new ArrayList<>();
-            check("Mamba-3 start state", ds0, centralDifferences(s0d, loss), report);
+            check("Mamba-3 start state", ds0, TestUtil.centralDifferences(s0d, H, loss), report);
             // the angles alone (their gradient is the sum of every step's and the end's)
-            double[] fd = centralDifferences(s0d, loss);
+            double[] fd = TestUtil.centralDifferences(s0d, H, loss);
             List<Float> got = new ArrayList<>();
             List<Double> want = new ArrayList<>();
             for (int i = 0; i < ds0.length; i++)
@@ -215,8 +197,8 @@ class StateCarryTest {
             assertTrue(ga.length > 0, "the model has angles");
             check("Mamba-3 start angles", ga, wa, report);
             for (String name : model.parameterNames())
-                check(name, t.gradient(name), centralDifferences(ref.w.get(name), loss), report);
-            check("input", t.inputGradient(), centralDifferences(xd, loss), report);
+                check(name, t.gradient(name), TestUtil.centralDifferences(ref.w.get(name), H, loss), report);
+            check("input", t.inputGradient(), TestUtil.centralDifferences(xd, H, loss), report);
             System.out.println("Mamba-3 state carry vs central differences:\n  " + String.join("\n  ", report));
         }
     }

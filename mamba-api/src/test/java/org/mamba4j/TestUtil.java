@@ -19,6 +19,28 @@ public final class TestUtil {
         return v;
     }
 
+    /** Central differences of {@code loss} over every element of {@code arr} with step h (each restored afterwards). */
+    public static double[] centralDifferences(double[] arr, double h, java.util.function.DoubleSupplier loss) {
+        double[] g = new double[arr.length];
+        for (int i = 0; i < arr.length; i++) {
+            double v = arr[i];
+            arr[i] = v + h;
+            double lp = loss.getAsDouble();
+            arr[i] = v - h;
+            double lm = loss.getAsDouble();
+            arr[i] = v;
+            g[i] = (lp - lm) / (2 * h);
+        }
+        return g;
+    }
+
+    /** Σ a[i]·p[i] in double: the scalar loss whose output gradient is p. */
+    public static double dot(double[] a, float[] p) {
+        double s = 0;
+        for (int i = 0; i < a.length; i++) s += a[i] * p[i];
+        return s;
+    }
+
     /** The resident set of this process in KiB, from /proc/self/status. */
     public static long rssKiB() throws IOException {
         for (String line : Files.readAllLines(Path.of("/proc/self/status")))

@@ -32,26 +32,7 @@ class TrainGradientCheckTest {
         return m;
     }
 
-    /** Central differences of loss over every element of arr (restored afterwards). */
-    private static double[] centralDifferences(double[] arr, DoubleSupplier loss) {
-        double[] g = new double[arr.length];
-        for (int i = 0; i < arr.length; i++) {
-            double v = arr[i];
-            arr[i] = v + H;
-            double lp = loss.getAsDouble();
-            arr[i] = v - H;
-            double lm = loss.getAsDouble();
-            arr[i] = v;
-            g[i] = (lp - lm) / (2 * H);
-        }
-        return g;
-    }
 
-    private static double dot(double[] a, float[] p) {
-        double s = 0;
-        for (int i = 0; i < a.length; i++) s += a[i] * p[i];
-        return s;
-    }
 
     @Test
     void everyWeightAndTheInputMatchFiniteDifferencesFromABurnInState() {
@@ -74,15 +55,15 @@ class TrainGradientCheckTest {
             double[] yRef = ref.forward(xd, B, T, ref.copy(start));
             assertTrue(TestUtil.relL2(y, yRef) < 1e-5, "training forward vs double reference: " + TestUtil.relL2(y, yRef));
 
-            DoubleSupplier loss = () -> dot(ref.forward(xd, B, T, ref.copy(start)), P);
+            DoubleSupplier loss = () -> TestUtil.dot(ref.forward(xd, B, T, ref.copy(start)), P);
             List<String> report = new ArrayList<>();
             for (String name : model.parameterNames()) {
-                double[] fd = centralDifferences(ref.w.get(name), loss);
+                double[] fd = TestUtil.centralDifferences(ref.w.get(name), H, loss);
                 double err = TestUtil.relL2(trainer.gradient(name), fd);
                 report.add(String.format("%s %.2e", name, err));
                 assertTrue(err < TOL, name + ": relative error " + err + "\n" + String.join("\n", report));
             }
-            double[] fdx = centralDifferences(xd, loss);
+            double[] fdx = TestUtil.centralDifferences(xd, H, loss);
             double errX = TestUtil.relL2(trainer.inputGradient(), fdx);
             assertTrue(errX < TOL, "input gradient: relative error " + errX);
             report.add(String.format("input %.2e", errX));
@@ -102,12 +83,12 @@ class TrainGradientCheckTest {
             trainer.step(x, P, BackwardOptions.accumulate());
             Mamba1TrainReference ref = new Mamba1TrainReference(model);
             double[] xd = Mamba1TrainReference.toDouble(x);
-            DoubleSupplier loss = () -> dot(ref.forward(xd, B, T, ref.zeroState(B)), P);
+            DoubleSupplier loss = () -> TestUtil.dot(ref.forward(xd, B, T, ref.zeroState(B)), P);
             for (String name : model.parameterNames()) {
-                double err = TestUtil.relL2(trainer.gradient(name), centralDifferences(ref.w.get(name), loss));
+                double err = TestUtil.relL2(trainer.gradient(name), TestUtil.centralDifferences(ref.w.get(name), H, loss));
                 assertTrue(err < TOL, name + ": relative error " + err);
             }
-            double errX = TestUtil.relL2(trainer.inputGradient(), centralDifferences(xd, loss));
+            double errX = TestUtil.relL2(trainer.inputGradient(), TestUtil.centralDifferences(xd, H, loss));
             assertTrue(errX < TOL, "input gradient: relative error " + errX);
         }
     }
@@ -134,7 +115,7 @@ class TrainGradientCheckTest {
                 Mamba1TrainReference.State start = ref.zeroState(B);
                 ref.forward(Mamba1TrainReference.toDouble(prefix), B, 2, start);
                 double[] xd = Mamba1TrainReference.toDouble(x);
-                DoubleSupplier loss = () -> dot(ref.forward(xd, B, T, ref.copy(start)), P);
+                DoubleSupplier loss = () -> TestUtil.dot(ref.forward(xd, B, T, ref.copy(start)), P);
                 for (String name : model.parameterNames()) {
                     double err = sampledError(trainer.gradient(name), ref.w.get(name), loss);
                     assertTrue(err < TOL, name + ": relative error " + err);
@@ -189,10 +170,10 @@ class TrainGradientCheckTest {
             assertEquals(loss.getAsDouble(), r.loss(), 1e-5 * Math.abs(loss.getAsDouble()), "loss");
             for (String name : List.of(LinearHead.WEIGHT, LinearHead.BIAS, "backbone.layers.0.mixer.A_log",
                     "backbone.layers.1.mixer.in_proj.weight", "input_proj.weight", "backbone.norm_f.weight")) {
-                double err = TestUtil.relL2(trainer.gradient(name), centralDifferences(ref.w.get(name), loss));
+                double err = TestUtil.relL2(trainer.gradient(name), TestUtil.centralDifferences(ref.w.get(name), H, loss));
                 assertTrue(err < TOL, name + ": relative error " + err);
             }
-            double errX = TestUtil.relL2(trainer.inputGradient(), centralDifferences(xd, loss));
+            double errX = TestUtil.relL2(trainer.inputGradient(), TestUtil.centralDifferences(xd, H, loss));
             assertTrue(errX < TOL, "input gradient: relative error " + errX);
         }
     }
