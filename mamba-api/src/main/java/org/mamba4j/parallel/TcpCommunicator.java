@@ -28,10 +28,11 @@ import org.mamba4j.Trainer;
  * transport for several processes or hosts, and the bootstrap of {@link NcclCommunicator} (it hands NCCL's unique id
  * to every rank).
  *
- * <p>Faults: each collective (and the rendezvous) has a deadline of {@link LaunchConfig#timeout()}; past it, or
- * when a peer's connection closes (a killed process), the rank throws {@link CommunicatorException} saying which rank
- * and why. Rank 0 then tells the others (an abort message) and closes every connection, so they fail at once
- * instead of waiting out their own deadline. A rank that never connects fails rank 0's rendezvous with its rank
+ * <p>Faults: each collective (and the rendezvous) has a deadline of {@link LaunchConfig#timeout()}: rank 0 waits at
+ * most that for every part; past it, or when a peer's connection closes (a killed process), it throws
+ * {@link CommunicatorException} naming the rank and why, tells the others (an abort message) and closes every
+ * connection, so they fail at once with that reason. The other ranks wait for rank 0's answer at most the timeout plus
+ * half of it (≤ 10 s more), so rank 0's verdict normally reaches them first; a dead or hung rank 0 is reported as such. A rank that never connects fails rank 0's rendezvous with its rank
  * named; a rank that cannot reach rank 0 fails naming the address.
  */
 public final class TcpCommunicator implements Communicator {
@@ -269,23 +270,31 @@ public final class TcpCommunicator implements Communicator {
         long seq = sequence++;
         if (world == 1) return combine.apply(new byte[][] {mine});
         timedOut = false;
+        // Rank 0 reads against the deadline and, past it, tells the others why; the others wait a grace period longer,
+        // so that verdict reaches them first. The watchdog closes the sockets of a read or write stuck past that.
+        long limit = rank == 0 ? timeoutMillis : leafTimeoutMillis();
         ScheduledFuture<?> watchdog = WATCHDOG.schedule(() -> {
             timedOut = true;
-            closeSockets();  // unblocks a read or write stuck on a hung peer
-        }, timeoutMillis, TimeUnit.MILLISECONDS);
+            closeSockets();
+        }, rank == 0 ? 2 * limit : limit, TimeUnit.MILLISECONDS);
         try {
-            return rank == 0 ? root(seq, op, mine, combine) : leaf(seq, op, mine);
+            return rank == 0 ? root(seq, op, mine, combine, System.nanoTime() + timeoutMillis * 1_000_000) : leaf(seq, op, mine);
         } finally {
             watchdog.cancel(false);
         }
     }
 
-    private byte[] root(long seq, String op, byte[] mine, Function<byte[][], byte[]> combine) {
+    /** How long a rank other than 0 waits for rank 0's answer: the timeout plus a grace of half of it (at most 10 s). */
+    private long leafTimeoutMillis() {
+        return timeoutMillis + Math.min(timeoutMillis / 2, 10_000);
+    }
+
+    private byte[] root(long seq, String op, byte[] mine, Function<byte[][], byte[]> combine, long deadline) {
         byte[][] parts = new byte[world][];
         parts[0] = mine;
         for (int r = 1; r < world; r++) {
             try {
-                peers[r].setSoTimeout((int) timeoutMillis);
+                peers[r].setSoTimeout(remainingMillis(deadline));
                 long s = in[r].readLong();
                 String theirs = in[r].readUTF();
                 if (s != seq || !theirs.equals(op))
@@ -315,7 +324,7 @@ public final class TcpCommunicator implements Communicator {
     private byte[] leaf(long seq, String op, byte[] mine) {
         try {
             writeFrame(out[0], seq, op, mine);
-            peers[0].setSoTimeout((int) timeoutMillis);
+            peers[0].setSoTimeout((int) leafTimeoutMillis());
             long s = in[0].readLong();
             String what = in[0].readUTF();
             if (s < 0) throw fail("rank 0 aborted the group: " + what, null);
@@ -326,7 +335,7 @@ public final class TcpCommunicator implements Communicator {
             return reply;
         } catch (IOException e) {
             throw fail(timedOut || e instanceof SocketTimeoutException
-                    ? "rank " + rank + ": rank 0 did not answer " + op + " within " + timeoutMillis
+                    ? "rank " + rank + ": rank 0 did not answer " + op + " within " + leafTimeoutMillis()
                             + " ms (rank 0, or a rank it waits for, is dead or hung)"
                     : "rank " + rank + ": rank 0 closed the connection during " + op + " (it died or aborted): " + e, e);
         }
