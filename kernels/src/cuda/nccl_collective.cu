@@ -2,8 +2,8 @@
 // buffers, on its context's stream, so the exchange is ordered after the backward that produced them.
 //
 // Rank order (the deterministic definition, docs/data-parallel.md): ncclAllGather of every rank's gradient in
-// buckets, then one kernel adds the ranks' copies per element in rank order, ((g0 + g1) + g2) + …, with no
-// atomics and no tree: every rank computes the same bits, and so does the host fold of the CPU communicators.
+// buckets, then Ops::sumRanks (rank_sum.cu) adds the ranks' copies per element in rank order, ((g0 + g1) + g2) + …,
+// with no atomics and no tree: every rank computes the same bits, and so does the host fold of the CPU communicators.
 // Otherwise: ncclAllReduce in place (NCCL's ring/tree order: reproducible on one topology, not equal to a fold).
 //
 // Every collective is waited for with a deadline: a dead or hung peer leaves NCCL's kernel spinning, so we poll
@@ -23,15 +23,6 @@
 
 namespace mamba::cuda {
 namespace {
-
-__global__ void sumRankSlices(const float* __restrict__ gathered, int world, int64_t n, float* __restrict__ out) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float acc = gathered[i];
-        for (int r = 1; r < world; ++r) acc = __fadd_rn(acc, gathered[r * n + i]);  // rank order, no contraction
-        out[i] = acc;
-    }
-}
 
 /** Restores the calling thread's current device on exit (NCCL and our scratch work on `device`). */
 class OnDevice {
@@ -80,8 +71,10 @@ public:
         OnDevice on(device_);
         const cudaStream_t s = be->stream();
         // A bucket bounds the gather buffer to kGatherFloats whatever the model size.
-        const int64_t bucket = std::max<int64_t>(1, kGatherFloats / world_);
-        if (rankOrder && world_ > 1) gather_.ensure(*own_, bucket * world_);
+        int64_t largest = 0;
+        for (const DeviceSpan& span : spans) largest = std::max(largest, span.n);
+        const int64_t bucket = std::min(largest, std::max<int64_t>(1, kGatherFloats / world_));
+        if (rankOrder && world_ > 1 && bucket > 0) gather_.ensure(*own_, bucket * world_);
         for (const DeviceSpan& span : spans) {
             if (span.n == 0) continue;
             if (!rankOrder || world_ == 1) {
@@ -95,10 +88,7 @@ public:
                 checkNccl(nccl().allGather(span.data + off, gather_.data(), static_cast<size_t>(n), kNcclFloat32,
                                            comm_, s),
                           "ncclAllGather");
-                Exec e;
-                e.stream = s;
-                launch("sumRankSlices", e, sumRankSlices, dim3(std::min<unsigned>(blocksFor(n, 256), 4096)), dim3(256),
-                       0, gather_.data(), world_, n, span.data + off);
+                be->sumRanks(gather_.data(), world_, n, span.data + off);  // on the same stream, after the gather
             }
         }
         waitFor(s, "the gradient exchange");

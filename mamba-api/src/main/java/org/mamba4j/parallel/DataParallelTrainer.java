@@ -66,13 +66,16 @@ import org.mamba4j.Trainer;
  * {@link GemmMode#DETERMINISTIC}) the sum is {@code ((g0 + g1) + g2) + …}, rank after rank, in f32, identically on
  * every rank and by every communicator. Each g_r is a replica's gradient of a batch-b shard, computed from a zero
  * gradient by the same kernels as any trainer of batch b. So N replicas give weights bit-identical to ONE trainer of
- * batch b that runs the N shards of each global batch one after another as accumulated micro-batches
- * ({@code accumulate().scale(1/N)}, in rank order) and then steps — for any N, any split of the ranks into
- * processes, any communicator (tested bitwise on the CPU for 1–4 replicas, Mamba-1 and Mamba-3, MSE and
- * cross-entropy, with clipping). It is <em>not</em> bit-identical to one trainer of batch N·b in one call: that one
- * sums the weight gradients over all N·b rows inside each product, in another order (they agree to f32 rounding).
- * {@link GemmMode#DETERMINISTIC} is what makes the forward batch-invariant and device-count-invariant; on CUDA the
- * guarantee holds per GPU model, as for one trainer.
+ * batch b that, for each global batch, computes each shard's gradient from zero ({@code zeroGrad}, the shard with
+ * {@code accumulate().scale(1/N)}, {@link Trainer#gradients()}), adds the N gradients in rank order
+ * ({@link Trainer#setGradients}) and steps — for any N, any split of the ranks into processes, any communicator
+ * (tested bitwise on the CPU for 1–4 replicas, Mamba-1 and Mamba-3, MSE, cross-entropy and language-model losses,
+ * with clipping). Two nearby statements are <em>not</em> bitwise: one trainer of batch N·b in one call sums the weight
+ * gradients over all N·b rows inside each product (it agrees to f32 rounding), and one trainer accumulating the N
+ * shards as micro-batches adds the conv and embedding gradients row by row into the running sum, {@code ((G0 + a) + b)}
+ * rather than {@code G0 + (a + b)}. {@link GemmMode#DETERMINISTIC} is what makes the forward batch-invariant; on CUDA
+ * the guarantee holds per GPU model, as for one trainer. With accumulated micro-batches between steps, g_r is rank
+ * r's own accumulation of its micro-batches.
  *
  * <p><b>Checkpoints.</b> {@link #saveCheckpoint} is a collective: rank 0 writes, every rank waits for it. Each save
  * goes to a new folder and then an atomic replace of the {@code LATEST} pointer, so a rank or process killed at
@@ -335,7 +338,7 @@ public final class DataParallelTrainer implements AutoCloseable {
         BackwardOptions micro = BackwardOptions.accumulate().scale(options.scale() / world);
         List<StepResult> rs = parallel(i -> {
             StepResult local = call.apply(replicas.get(i), i, micro);
-            if (!Double.isNaN(local.loss()) && !Float.isFinite((float) local.loss())) nonFiniteLoss[i] = true;
+            if (hasLoss(local) && !Float.isFinite((float) local.loss())) nonFiniteLoss[i] = true;
             return finish(i, local, options.applyOptimizer());
         });
         return rs.get(0);
@@ -348,7 +351,7 @@ public final class DataParallelTrainer implements AutoCloseable {
     private StepResult finish(int i, StepResult local, boolean step) {
         Trainer t = replicas.get(i);
         Communicator c = comms.get(i);
-        boolean hasLoss = local != null && !Double.isNaN(local.loss());
+        boolean hasLoss = local != null && hasLoss(local);
         double counted = hasLoss ? local.counted() : 0;
         double[] mine = {hasLoss ? local.loss() * counted : 0, counted,
                 hasLoss && !Double.isNaN(local.accuracy()) ? local.accuracy() * counted : Double.NaN, hasLoss ? 1 : 0,
@@ -375,6 +378,11 @@ public final class DataParallelTrainer implements AutoCloseable {
         c.sumGradients(t, reduction);
         StepResult s = t.optimizerStep();
         return new StepResult(s.step(), s.optimizerStepped(), s.skipped(), s.gradNorm(), s.learningRate(), loss, acc, counted64);
+    }
+
+    /** A fused loss call (its loss may be NaN: diverged); calls without a loss report NaN and count nothing. */
+    private static boolean hasLoss(StepResult r) {
+        return !Double.isNaN(r.loss()) || r.counted() > 0;
     }
 
     /**
