@@ -60,7 +60,9 @@ import org.mamba4j.Trainer;
  * the moments and updates all the weights — no parameter exchange after a step and the simplest proof of identical
  * weights, at 2 floats of moments per parameter per device (sharding them, ZeRO-1, would save that memory for an
  * extra all-gather of the weights each step; not done). Reported losses and accuracies are over the global batch
- * (weighted by the counted targets); the gradient norm is the combined gradient's.
+ * (weighted by the counted targets); the gradient norm is the combined gradient's. Output heads and loss scaling
+ * ({@link org.mamba4j.LossScaler}) work as on one trainer: the replicas' scaled gradients are summed and each replica
+ * unscales, skips and moves its scale on the same combined gradient, so the scales stay equal.
  *
  * <p><b>Determinism.</b> With {@link Reduction#RANK_ORDER} (the default when the replicas' models run
  * {@link GemmMode#DETERMINISTIC}) the sum is {@code ((g0 + g1) + g2) + …}, rank after rank, in f32, identically on
@@ -192,7 +194,7 @@ public final class DataParallelTrainer implements AutoCloseable {
     }
 
     public StepResult step(float[] inputs, float[] dOutput, BackwardOptions options) {
-        int in = batch * seqLen * model().inputWidth(), out = batch * seqLen * model().outputWidth();
+        int in = batch * seqLen * model().inputWidth(), out = batch * seqLen * replicas.get(0).outputWidth();
         checkLength("inputs", inputs, in);
         checkLength("dOutput", dOutput, out);
         return run(options, (t, i, o) -> t.step(slice(inputs, i, in), slice(dOutput, i, out), o));
@@ -204,7 +206,7 @@ public final class DataParallelTrainer implements AutoCloseable {
     }
 
     public StepResult stepMse(float[] inputs, float[] targets, BackwardOptions options) {
-        int in = batch * seqLen * model().inputWidth(), out = batch * seqLen * model().outputWidth();
+        int in = batch * seqLen * model().inputWidth(), out = batch * seqLen * replicas.get(0).outputWidth();
         checkLength("inputs", inputs, in);
         checkLength("targets", targets, out);
         return run(options, (t, i, o) -> t.stepMse(slice(inputs, i, in), slice(targets, i, out), o));
@@ -253,7 +255,7 @@ public final class DataParallelTrainer implements AutoCloseable {
     // ---- checkpoints ----
 
     /**
-     * A collective: rank 0 writes the model, the optimizer state and (with one) the head into
+     * A collective: rank 0 writes the model, the optimizer state and (with one: cross-entropy or output head) the head into
      * {@code dir/step-<n>/}, then atomically points {@code dir/LATEST} at it and deletes older step folders; every
      * rank returns once rank 0 is done. Returns the folder written.
      */
@@ -269,7 +271,7 @@ public final class DataParallelTrainer implements AutoCloseable {
                     Files.createDirectories(folder);
                     t.model().save(folder.resolve("model.safetensors"));
                     t.exportOptimizerState().save(folder.resolve("optimizer.safetensors"));
-                    if (t.vocab() > 0) t.head().save(folder.resolve("head.safetensors"));
+                    if (hasHead(t)) t.head().save(folder.resolve("head.safetensors"));
                     writeLatest(dir, folder.getFileName().toString());
                     deleteOlder(dir, folder.getFileName().toString());
                 } catch (IOException e) {
@@ -295,7 +297,7 @@ public final class DataParallelTrainer implements AutoCloseable {
         for (Trainer t : replicas) {
             t.model().loadWeights(folder.resolve("model.safetensors"));
             t.importOptimizerState(state);
-            if (t.vocab() > 0) t.loadHead(LinearHead.load(folder.resolve("head.safetensors")));
+            if (hasHead(t)) t.loadHead(LinearHead.load(folder.resolve("head.safetensors")));
         }
         return state.step();
     }
@@ -369,15 +371,38 @@ public final class DataParallelTrainer implements AutoCloseable {
         double loss = anyLoss && countSum > 0 ? lossSum / countSum : Double.NaN;
         double acc = anyLoss && countSum > 0 ? accSum / countSum : Double.NaN;
         long counted64 = (long) countSum;
-        if (!step) return new StepResult(t.stepCount(), false, false, Double.NaN, t.learningRate(), loss, acc, counted64);
+        if (!step)
+            return new StepResult(t.stepCount(), false, false, Double.NaN, t.learningRate(), loss, acc, counted64,
+                    local != null ? local.lossScale() : 1);
+        boolean mineNonFinite = nonFiniteLoss[i];
         nonFiniteLoss[i] = false;
-        if (anyNonFinite) {  // every rank knows it: every rank skips, as one trainer would
-            t.zeroGrad();
-            return new StepResult(t.stepCount(), false, true, Double.NaN, t.learningRate(), loss, acc, counted64);
+        if (anyNonFinite) {
+            // Every rank knows: every rank lets its own optimizer step skip, as one trainer would (a loss scaler backs
+            // off everywhere). A rank whose own loss was finite poisons its gradient so that its step sees it too.
+            if (!mineNonFinite) poison(t);
+        } else {
+            c.sumGradients(t, reduction);
         }
-        c.sumGradients(t, reduction);
         StepResult s = t.optimizerStep();
-        return new StepResult(s.step(), s.optimizerStepped(), s.skipped(), s.gradNorm(), s.learningRate(), loss, acc, counted64);
+        return new StepResult(s.step(), s.optimizerStepped(), s.skipped(), s.gradNorm(), s.learningRate(), loss, acc, counted64,
+                s.lossScale());
+    }
+
+    /** Makes the next optimizer step of {@code t} skip: a NaN gradient (or, where it does not fit an array, none). */
+    private static void poison(Trainer t) {
+        long n = t.gradientLength();
+        if (n > Integer.MAX_VALUE - 8) {
+            t.zeroGrad();  // too large for the host: the step then sees a zero gradient (documented limitation)
+            return;
+        }
+        float[] nan = new float[(int) n];
+        java.util.Arrays.fill(nan, Float.NaN);
+        t.setGradients(nan);
+    }
+
+    /** Whether a trainer has a linear head (cross-entropy or output head) whose weights are trainable tensors. */
+    private static boolean hasHead(Trainer t) {
+        return t.vocab() > 0 || t.outputHeadWidth() > 0;
     }
 
     /** A fused loss call (its loss may be NaN: diverged); calls without a loss report NaN and count nothing. */
@@ -393,9 +418,10 @@ public final class DataParallelTrainer implements AutoCloseable {
         Trainer t = replicas.get(i);
         Communicator c = comms.get(i);
         double[] mine = {t.batch(), t.seqLen(), t.gradientLength(), t.parameterNames().size(), t.stepCount(), t.vocab(),
-                t.model().inputWidth()};
+                t.model().inputWidth(), t.outputWidth()};
         double[] all = c.allGather(mine);
-        String[] what = {"batch", "seqLen", "gradient length", "trainable tensors", "step count", "head vocabulary", "input width"};
+        String[] what = {"batch", "seqLen", "gradient length", "trainable tensors", "step count", "head vocabulary", "input width",
+                "output width"};
         for (int r = 0; r < world; r++)
             for (int k = 0; k < mine.length; k++)
                 if (all[r * mine.length + k] != all[k])
@@ -411,7 +437,7 @@ public final class DataParallelTrainer implements AutoCloseable {
         MambaModel m = t.model();
         List<float[]> parts = new ArrayList<>();
         for (String n : m.parameterNames()) parts.add(m.getParameter(n));
-        if (t.vocab() > 0) {
+        if (hasHead(t)) {
             parts.add(t.head().weight());
             parts.add(t.head().bias());
         }
@@ -435,7 +461,7 @@ public final class DataParallelTrainer implements AutoCloseable {
             off += p.length;
             m.setParameter(n, p);
         }
-        if (t.vocab() > 0) {
+        if (hasHead(t)) {
             LinearHead h = t.head();
             float[] w = new float[h.weight().length], b = new float[h.bias().length];
             System.arraycopy(flat, off, w, 0, w.length);

@@ -14,6 +14,7 @@ import org.junit.jupiter.api.Test;
 import org.mamba4j.AdamW;
 import org.mamba4j.BackwardOptions;
 import org.mamba4j.GemmMode;
+import org.mamba4j.LossScaler;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.Mamba3Config;
 import org.mamba4j.MambaModel;
@@ -33,7 +34,8 @@ class DataParallelDeterminismTest {
     private static final Mamba1Config M1 = Mamba1Config.builder().dModel(16).dState(4).layers(2).build();
     private static final Mamba3Config M3 = Mamba3Config.builder().dModel(16).headdim(8).dState(8).layers(2).chunkSize(8).build();
 
-    enum Loss { MSE, CROSS_ENTROPY, TOKENS }
+    /** MSE_HEAD: MSE through an output head of width 5, with a dynamic loss scaler whose scale grows during the test. */
+    enum Loss { MSE, MSE_HEAD, CROSS_ENTROPY, TOKENS }
 
     private static MambaModel model(ModelConfig c, Loss loss, long seed) {
         MambaModel.Builder b = MambaModel.builder(c).seed(seed);
@@ -44,6 +46,7 @@ class DataParallelDeterminismTest {
         Trainer.Builder b = Trainer.builder(m).batch(B).seqLen(T).gemmMode(GemmMode.DETERMINISTIC)
                 .adamW(AdamW.ofLearningRate(5e-3).weightDecay(0.05)).clipGradNorm(0.05);  // small: clipping is active
         if (loss == Loss.CROSS_ENTROPY) b.crossEntropyHead(V).headSeed(9);
+        if (loss == Loss.MSE_HEAD) b.outputHead(5).lossScaler(LossScaler.dynamic().withInitScale(256).withGrowth(2, 2));
         return b.build();
     }
 
@@ -94,7 +97,7 @@ class DataParallelDeterminismTest {
     private static void runShard(Trainer t, Loss loss, int k, int r, int n) {
         BackwardOptions micro = BackwardOptions.accumulate().scale(1.0 / n);
         switch (loss) {
-            case MSE -> t.stepMse(inputs(k, r), targets(k, r, t.outputWidth()), micro);
+            case MSE, MSE_HEAD -> t.stepMse(inputs(k, r), targets(k, r, t.outputWidth()), micro);
             case CROSS_ENTROPY -> t.stepCrossEntropy(inputs(k, r), classes(k, r, V), micro);
             case TOKENS -> t.stepTokens(ids(k, r), classes(k, r, V + 2), micro);
         }
@@ -120,7 +123,7 @@ class DataParallelDeterminismTest {
             is.add(ids(k, r));
         }
         return switch (loss) {
-            case MSE -> dp.stepMse(concat(xs), concat(ys));
+            case MSE, MSE_HEAD -> dp.stepMse(concat(xs), concat(ys));
             case CROSS_ENTROPY -> dp.stepCrossEntropy(concat(xs), concatInts(cs));
             case TOKENS -> dp.stepTokens(concatInts(is), concatInts(cs));
         };
@@ -149,7 +152,7 @@ class DataParallelDeterminismTest {
     static void assertSameWeights(Trainer expected, Trainer actual, String what) {
         for (String name : expected.model().parameterNames())
             assertArrayEquals(expected.model().getParameter(name), actual.model().getParameter(name), what + ": " + name);
-        if (expected.vocab() > 0) {
+        if (expected.vocab() > 0 || expected.outputHeadWidth() > 0) {
             assertArrayEquals(expected.head().weight(), actual.head().weight(), what + ": lm_head.weight");
             assertArrayEquals(expected.head().bias(), actual.head().bias(), what + ": lm_head.bias");
         }
@@ -168,7 +171,8 @@ class DataParallelDeterminismTest {
                 boolean clipped = false;
                 for (int k = 0; k < STEPS; k++) {
                     StepResult want = referenceStep(ref, loss, k, n);
-                    StepResult got = dataParallelStep(dp, loss, k, n, refModel.outputWidth());
+                    StepResult got = dataParallelStep(dp, loss, k, n, ref.outputWidth());
+                    assertEquals(want.lossScale(), got.lossScale(), 0.0, "step " + k + ": the loss scale");
                     assertTrue(got.optimizerStepped() && !got.skipped(), "step " + k + ": " + got);
                     assertEquals(want.step(), got.step());
                     assertEquals(want.gradNorm(), got.gradNorm(), 0.0, "step " + k + ": the combined gradient's norm");
@@ -188,6 +192,12 @@ class DataParallelDeterminismTest {
     @ValueSource(ints = {1, 2, 3, 4})
     void mamba1MseIsBitIdenticalToOneTrainer(int n) {
         check(M1, Loss.MSE, n);
+    }
+
+    @ParameterizedTest(name = "Mamba-1, output head + loss scaler, {0} replicas")
+    @ValueSource(ints = {2, 3})
+    void mamba1OutputHeadWithLossScalingIsBitIdenticalToOneTrainer(int n) {
+        check(M1, Loss.MSE_HEAD, n);
     }
 
     @ParameterizedTest(name = "Mamba-1, cross-entropy head, {0} replicas")

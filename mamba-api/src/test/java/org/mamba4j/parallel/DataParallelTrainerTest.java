@@ -17,6 +17,7 @@ import org.junit.jupiter.api.io.TempDir;
 import org.mamba4j.AdamW;
 import org.mamba4j.BackwardOptions;
 import org.mamba4j.GemmMode;
+import org.mamba4j.LossScaler;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.StepResult;
@@ -129,6 +130,29 @@ class DataParallelTrainerTest {
             StepResult ok = dp.stepMse(x(2, 2 * B), y(2, 2 * B));  // training goes on, replicas still equal
             assertTrue(ok.optimizerStepped() && !ok.skipped());
             DataParallelDeterminismTest.assertSameWeights(r.get(0), r.get(1), "after the skipped step");
+        }
+    }
+
+    /** With a loss scaler, a non-finite loss on one rank backs the scale off on every rank, as on one trainer. */
+    @Test
+    void aNonFiniteLossBacksTheLossScaleOffOnEveryRank() {
+        List<Trainer> r = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            MambaModel m = MambaModel.builder(CONFIG).inputDim(IN).seed(3 + i).build();
+            models.add(m);
+            Trainer t = Trainer.builder(m).batch(B).seqLen(T).lossScaler(LossScaler.dynamic().withInitScale(1024)).build();
+            trainers.add(t);
+            r.add(t);
+        }
+        try (DataParallelTrainer dp = DataParallelTrainer.inProcess(r)) {
+            float[] xs = x(1, 2 * B);
+            xs[3] = Float.POSITIVE_INFINITY;  // in rank 0's shard only
+            assertTrue(dp.stepMse(xs, y(1, 2 * B)).skipped());
+            for (Trainer t : r) assertEquals(512, t.lossScale(), 0.0, "backed off by the default factor 0.5");
+            StepResult ok = dp.stepMse(x(2, 2 * B), y(2, 2 * B));
+            assertTrue(ok.optimizerStepped());
+            assertEquals(512, ok.lossScale(), 0.0);
+            DataParallelDeterminismTest.assertSameWeights(r.get(0), r.get(1), "after the backed-off step");
         }
     }
 
