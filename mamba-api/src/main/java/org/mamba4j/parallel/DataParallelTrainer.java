@@ -255,8 +255,8 @@ public final class DataParallelTrainer implements AutoCloseable {
     // ---- checkpoints ----
 
     /**
-     * A collective: rank 0 writes the model, the optimizer state and (with one: cross-entropy or output head) the head into
-     * {@code dir/step-<n>/}, then atomically points {@code dir/LATEST} at it and deletes older step folders; every
+     * A collective: rank 0 writes the model, the optimizer state, (with one: cross-entropy or output head) the head and
+     * (with one) the loss scaler's state into {@code dir/step-<n>/}, then atomically points {@code dir/LATEST} at it and deletes older step folders; every
      * rank returns once rank 0 is done. Returns the folder written.
      */
     public Path saveCheckpoint(Path dir) {
@@ -272,6 +272,8 @@ public final class DataParallelTrainer implements AutoCloseable {
                     t.model().save(folder.resolve("model.safetensors"));
                     t.exportOptimizerState().save(folder.resolve("optimizer.safetensors"));
                     if (hasHead(t)) t.head().save(folder.resolve("head.safetensors"));
+                    if (t.lossScaler() != null)
+                        writeAtomically(folder.resolve("loss-scaler.txt"), t.lossScale() + " " + t.lossScalerCleanSteps() + "\n");
                     writeLatest(dir, folder.getFileName().toString());
                     deleteOlder(dir, folder.getFileName().toString());
                 } catch (IOException e) {
@@ -298,6 +300,7 @@ public final class DataParallelTrainer implements AutoCloseable {
             t.model().loadWeights(folder.resolve("model.safetensors"));
             t.importOptimizerState(state);
             if (hasHead(t)) t.loadHead(LinearHead.load(folder.resolve("head.safetensors")));
+            if (t.lossScaler() != null) restoreLossScaler(t, folder.resolve("loss-scaler.txt"));
         }
         return state.step();
     }
@@ -379,6 +382,13 @@ public final class DataParallelTrainer implements AutoCloseable {
         if (anyNonFinite) {
             // Every rank knows: every rank lets its own optimizer step skip, as one trainer would (a loss scaler backs
             // off everywhere). A rank whose own loss was finite poisons its gradient so that its step sees it too.
+            // A gradient too large for a Java array cannot be poisoned: then every rank (the same decision everywhere)
+            // discards its gradient without an optimizer step, and a loss scaler does not back off.
+            if (t.gradientLength() > Integer.MAX_VALUE - 8) {
+                t.zeroGrad();
+                return new StepResult(t.stepCount(), false, true, Double.NaN, t.learningRate(), loss, acc, counted64,
+                        t.lossScale());
+            }
             if (!mineNonFinite) poison(t);
         } else {
             c.sumGradients(t, reduction);
@@ -388,14 +398,9 @@ public final class DataParallelTrainer implements AutoCloseable {
                 s.lossScale());
     }
 
-    /** Makes the next optimizer step of {@code t} skip: a NaN gradient (or, where it does not fit an array, none). */
+    /** Makes the next optimizer step of {@code t} skip: a NaN gradient (its norm is not finite). */
     private static void poison(Trainer t) {
-        long n = t.gradientLength();
-        if (n > Integer.MAX_VALUE - 8) {
-            t.zeroGrad();  // too large for the host: the step then sees a zero gradient (documented limitation)
-            return;
-        }
-        float[] nan = new float[(int) n];
+        float[] nan = new float[(int) t.gradientLength()];
         java.util.Arrays.fill(nan, Float.NaN);
         t.setGradients(nan);
     }
@@ -560,15 +565,30 @@ public final class DataParallelTrainer implements AutoCloseable {
         return out;
     }
 
-    /** Writes LATEST through a temp file forced to disk and an atomic rename, then forces the folder. */
-    private static void writeLatest(Path dir, String name) throws IOException {
-        Path tmp = dir.resolve(LATEST + ".tmp");
+    private static void restoreLossScaler(Trainer t, Path file) {
+        try {
+            String[] v = Files.readString(file, StandardCharsets.UTF_8).trim().split(" ");
+            t.restoreLossScaler(Double.parseDouble(v[0]), Long.parseLong(v[1]));
+        } catch (IOException | RuntimeException e) {
+            throw new UncheckedIOException("the checkpoint's loss-scaler state " + file + " is missing or unreadable",
+                    e instanceof IOException io ? io : new IOException(e));
+        }
+    }
+
+    /** Writes a small file through a temp file forced to disk and an atomic rename. */
+    private static void writeAtomically(Path file, String text) throws IOException {
+        Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
         try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.CREATE, StandardOpenOption.WRITE,
                 StandardOpenOption.TRUNCATE_EXISTING)) {
-            ch.write(java.nio.ByteBuffer.wrap((name + "\n").getBytes(StandardCharsets.UTF_8)));
+            ch.write(java.nio.ByteBuffer.wrap(text.getBytes(StandardCharsets.UTF_8)));
             ch.force(true);
         }
-        Files.move(tmp, dir.resolve(LATEST), StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+        Files.move(tmp, file, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+    }
+
+    /** Writes LATEST atomically, then forces the folder. */
+    private static void writeLatest(Path dir, String name) throws IOException {
+        writeAtomically(dir.resolve(LATEST), name + "\n");
         try (FileChannel d = FileChannel.open(dir, StandardOpenOption.READ)) {
             d.force(true);
         } catch (IOException ignored) {

@@ -156,33 +156,58 @@ class DataParallelTrainerTest {
         }
     }
 
-    /** Save, train on, load: the weights come back, and the resumed run repeats an uninterrupted one bit for bit. */
+    /** Replicas with an output head of width 3 and a loss scaler whose scale grows every step (checkpoint contents). */
+    private List<Trainer> headAndScalerReplicas(int n) {
+        List<Trainer> r = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            MambaModel m = MambaModel.builder(CONFIG).inputDim(IN).seed(3 + i).build();
+            models.add(m);
+            Trainer t = Trainer.builder(m).batch(B).seqLen(T).gemmMode(GemmMode.DETERMINISTIC).adamW(AdamW.ofLearningRate(3e-3))
+                    .outputHead(3).headSeed(4 + i).lossScaler(LossScaler.dynamic().withInitScale(64).withGrowth(2, 1)).build();
+            trainers.add(t);
+            r.add(t);
+        }
+        return r;
+    }
+
+    private static float[] y3(long k) { return random(20_000 + k, 2 * B * T * 3); }
+
+    /**
+     * Save, train on, load: the weights, head and loss scale come back, and the resumed run repeats an uninterrupted
+     * one bit for bit.
+     */
     @Test
     void checkpointRoundTripResumesBitForBit(@TempDir Path dir) {
-        List<Trainer> r = replicas(2);
+        List<Trainer> r = headAndScalerReplicas(2);
         try (DataParallelTrainer dp = DataParallelTrainer.inProcess(r)) {
-            dp.stepMse(x(1, 2 * B), y(1, 2 * B));
+            dp.stepMse(x(1, 2 * B), y3(1));
             Path first = dp.saveCheckpoint(dir);
-            dp.stepMse(x(2, 2 * B), y(2, 2 * B));
+            dp.stepMse(x(2, 2 * B), y3(2));
             List<float[]> atStep2 = new ArrayList<>();
             for (String n : dp.model().parameterNames()) atStep2.add(dp.model().getParameter(n));
+            float[] headAtStep2 = r.get(0).head().weight();
+            double scaleAtStep2 = r.get(0).lossScale();
+            assertEquals(256, scaleAtStep2, 0.0, "the scale grew twice");
             dp.saveCheckpoint(dir);
             assertEquals("step-2", DataParallelTrainer.latestCheckpoint(dir).getFileName().toString());
             assertFalse(first.toFile().exists(), "older checkpoints are deleted");
-            // train past it, then load it back: the weights, moments and step count of step 2
-            dp.stepMse(x(3, 2 * B), y(3, 2 * B));
+            // train past it, then load it back: the weights, head, moments, step count and loss scale of step 2
+            dp.stepMse(x(3, 2 * B), y3(3));
             assertEquals(2, dp.loadCheckpoint(dir));
             for (Trainer t : r) {
                 assertEquals(2, t.stepCount());
+                assertEquals(scaleAtStep2, t.lossScale(), 0.0);
+                assertArrayEquals(headAtStep2, t.head().weight());
                 int i = 0;
                 for (String n : t.model().parameterNames()) assertArrayEquals(atStep2.get(i++), t.model().getParameter(n), n);
             }
             // the resumed step 3 equals a fresh job's step 3
-            StepResult resumed = dp.stepMse(x(3, 2 * B), y(3, 2 * B));
-            List<Trainer> fresh = replicas(2);
+            StepResult resumed = dp.stepMse(x(3, 2 * B), y3(3));
+            List<Trainer> fresh = headAndScalerReplicas(2);
             try (DataParallelTrainer again = DataParallelTrainer.inProcess(fresh)) {
-                for (int k = 1; k <= 3; k++) again.stepMse(x(k, 2 * B), y(k, 2 * B));
+                for (int k = 1; k <= 3; k++) again.stepMse(x(k, 2 * B), y3(k));
                 DataParallelDeterminismTest.assertSameWeights(fresh.get(0), r.get(0), "resumed vs uninterrupted");
+                assertEquals(fresh.get(0).lossScale(), r.get(0).lossScale(), 0.0);
                 assertEquals(3, resumed.step());
             }
         }
