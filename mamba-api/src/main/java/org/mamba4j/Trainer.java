@@ -416,7 +416,8 @@ public final class Trainer implements AutoCloseable {
 
     /**
      * The accumulated gradient of every trainable tensor, concatenated in {@link #parameterNames()} order — what a
-     * data-parallel communicator exchanges ({@link org.mamba4j.parallel.Communicator}).
+     * data-parallel communicator exchanges ({@link org.mamba4j.parallel.Communicator}). With a loss scaler the values
+     * are the scaled gradients (times {@link #lossScale()}), as the optimizer step will unscale them.
      *
      * @throws IllegalStateException when the gradient does not fit a Java array
      */
