@@ -392,6 +392,12 @@ public:
     void setStepCount(int64_t steps);
     /** Discards the accumulated gradients. */
     void zeroGrad();
+    /** Floats in the flat gradient: every trainable tensor's size, in index order (no padding). */
+    int64_t gradientLength() const;
+    /** The accumulated gradient of every tensor, concatenated in index order (data-parallel exchange). */
+    void readGradients(float* dst, int64_t dstLength) const;
+    /** Replaces the accumulated gradient of every tensor (the layout of readGradients). */
+    void writeGradients(const float* src, int64_t srcLength);
 
     /** Runs x [batch, steps, inputWidth] from a zero state with no tape; the next forward starts from the result. */
     void burnIn(const float* x, int64_t xLength, int steps);
@@ -465,6 +471,50 @@ public:
     void forwardTokens(const int32_t* ids, int64_t idsLength, float* logits, int64_t logitsLength);
     /** Backward of the last forwardTokens with dlogits [batch, seqLen, vocab] times scale; gradients add up (+ step). */
     StepStats backwardLogits(const float* dlogits, int64_t dlogitsLength, float scale, bool apply);
+
+private:
+    friend class NcclComm;  // sums the gradient buffers in device memory
+    class Impl;
+    Impl* impl_;
+};
+
+// ---- data-parallel collectives over NCCL (collective_api.cpp) ----
+
+/** Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
+MAMBA_API int ncclUniqueIdSize();
+/** Why NCCL cannot be used ("" when libnccl.so.2 loads and libmamba has CUDA). Never throws. */
+MAMBA_API std::string ncclUnavailableReason();
+/** A fresh NCCL unique id (ncclGetUniqueId), ncclUniqueIdSize() bytes, for rank 0 to hand to every rank. */
+MAMBA_API void ncclNewUniqueId(signed char* dst, int64_t dstLength);
+
+/**
+ * One rank of an NCCL communicator on one CUDA device (libnccl.so.2 is loaded at run time). Construction
+ * blocks until every rank of the clique joined (ncclCommInitRank), so the ranks of one process construct
+ * theirs on separate threads. Every collective waits for its result and fails with std::runtime_error
+ * ("timed out") when it does not finish within the timeout: the communicator is then aborted and unusable.
+ */
+class MAMBA_API NcclComm {
+public:
+    NcclComm(const signed char* id, int64_t idLength, int worldSize, int rank, int device, int64_t timeoutMillis);
+    ~NcclComm();
+    NcclComm(const NcclComm&) = delete;
+    NcclComm& operator=(const NcclComm&) = delete;
+
+    int rank() const;
+    int worldSize() const;
+    int device() const;
+    /**
+     * Replaces the trainer's accumulated gradient (a trainer on this device) by the sum over the ranks. rankOrder:
+     * all-gather every rank's gradient, then add them in rank order, ((g0 + g1) + g2) + … per element, on every
+     * rank — the bits do not depend on the topology; otherwise ncclAllReduce (less traffic, NCCL's order).
+     */
+    void sumGradients(Trainer& trainer, bool rankOrder);
+    /** gathered[r·n + i] = rank r's local[i] (small host arrays; staged through device memory). */
+    void allGather(const double* local, int64_t n, double* gathered, int64_t gatheredLength);
+    /** Every rank's data becomes root's (host array, staged through device memory). */
+    void broadcast(float* data, int64_t n, int root);
+    /** Aborts the communicator (ncclCommAbort): pending and later collectives fail. Idempotent. */
+    void abort();
 
 private:
     class Impl;

@@ -1,6 +1,7 @@
 // The public mamba::Trainer (mamba.h): argument checks and host staging; the training itself is the
 // trainer runtime (runtime/trainer.h).
 #include "core/errors.h"
+#include "runtime/collective.h"
 #include "runtime/trainer.h"
 
 #include <cmath>
@@ -235,6 +236,34 @@ void Trainer::setStepCount(int64_t steps) {
 }
 void Trainer::zeroGrad() { impl_->zeroGrad(); }
 
+int64_t Trainer::gradientLength() const {
+    int64_t n = 0;
+    for (int i = 0; i < impl_->paramCount(); ++i) n += impl_->slot(i).n;
+    return n;
+}
+
+void Trainer::readGradients(float* dst, int64_t dstLength) const {
+    require(dst != nullptr, "destination is null");
+    requireLength("gradients", dstLength, gradientLength());
+    int64_t off = 0;
+    for (int i = 0; i < impl_->paramCount(); ++i) {
+        const Slot s = impl_->slot(i);
+        impl_->ops.download(dst + off, s.g, s.n);
+        off += s.n;
+    }
+}
+
+void Trainer::writeGradients(const float* src, int64_t srcLength) {
+    require(src != nullptr, "source is null");
+    requireLength("gradients", srcLength, gradientLength());
+    int64_t off = 0;
+    for (int i = 0; i < impl_->paramCount(); ++i) {
+        const Slot s = impl_->slot(i);
+        impl_->ops.upload(s.g, src + off, s.n);
+        off += s.n;
+    }
+}
+
 void Trainer::burnIn(const float* x, int64_t xLength, int steps) {
     impl_->requireFeatures("burnIn");
     require(steps >= 1, "burn-in steps = " + std::to_string(steps) + " must be >= 1");
@@ -419,6 +448,16 @@ StepStats Trainer::backwardLogits(const float* dlogits, int64_t dlogitsLength, f
     t.backward();
     t.have_dx = false;
     return t.finish(apply);
+}
+
+void NcclComm::sumGradients(Trainer& trainer, bool rankOrder) {
+    TrainerRuntime& t = *trainer.impl_;
+    require(t.model.device == impl_->device, "the trainer is on device " + std::to_string(t.model.device) +
+                                                 ", this NCCL rank on cuda:" + std::to_string(impl_->device));
+    // The flat buffers whole: their alignment padding is zero on every rank, so it sums to zero.
+    std::vector<DeviceSpan> spans{{t.replica.grads.data(), t.replica.grads.size()}};
+    if (t.head) spans.push_back({t.head->g.data(), t.head->g.size()});
+    impl_->collective->sumGradients(t.ops, spans, rankOrder);
 }
 
 }  // namespace mamba

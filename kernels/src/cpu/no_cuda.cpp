@@ -1,5 +1,6 @@
 // Device functions of a libmamba built without nvcc: every CUDA query answers "no CUDA device".
 #include "core/backends.h"
+#include "runtime/collective.h"
 #include "mamba/mamba.h"
 
 #include <stdexcept>
@@ -27,6 +28,15 @@ int64_t cudaDeviceTotalMemory(int ordinal) {
 int64_t cudaDeviceFreeMemory(int ordinal) {
     newCudaBackend(ordinal);
     return 0;
+}
+
+std::string ncclUnavailable() {
+    return "NCCL needs the CUDA build of libmamba: this libmamba was built without CUDA (no nvcc), so it has no "
+           "NCCL communicator; on the CPU use the in-process or TCP communicator";
+}
+void newNcclId(signed char*) { throw std::runtime_error(ncclUnavailable()); }
+std::unique_ptr<Collective> newNcclCollective(const signed char*, int, int, int, int64_t) {
+    throw std::runtime_error(ncclUnavailable());
 }
 
 }  // namespace mamba

@@ -79,6 +79,7 @@ public:
     void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
     double sumOfSquares(const float* x, int64_t n) override;
+    void sumRanks(const float* slices, int ranks, int64_t n, float* out) override;  // rank_sum.cu
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;
     double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
     void crossEntropy(const CrossEntropyArgs& a) override;

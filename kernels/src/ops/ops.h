@@ -14,6 +14,7 @@
 #include "gemm.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace mamba {
 
@@ -329,6 +330,23 @@ public:
     virtual double mse(const float* y, const float* target, int64_t n, float scale, float* dy) = 0;
     virtual void crossEntropy(const CrossEntropyArgs& a) = 0;
     virtual void embedBackward(const EmbedBackwardArgs& a) = 0;
+
+    // ---- data-parallel training ----
+    /**
+     * The rank-order sum: out[i] = ((s[i] + s[n + i]) + s[2n + i]) + … over `ranks` slices of n floats (an
+     * all-gather's output, rank after rank), exact f32 adds in that order — bitwise the host fold of
+     * org.mamba4j.parallel. `out` must not overlap the slices. This default stages through the host; CUDA has a kernel.
+     */
+    virtual void sumRanks(const float* slices, int ranks, int64_t n, float* out) {
+        std::vector<float> s(static_cast<size_t>(ranks) * static_cast<size_t>(n)), sum(static_cast<size_t>(n));
+        download(s.data(), slices, ranks * n);
+        for (int64_t i = 0; i < n; ++i) {
+            float acc = s[static_cast<size_t>(i)];
+            for (int r = 1; r < ranks; ++r) acc += s[static_cast<size_t>(r * n + i)];
+            sum[static_cast<size_t>(i)] = acc;
+        }
+        upload(out, sum.data(), n);
+    }
 };
 
 }  // namespace mamba

@@ -1040,6 +1040,26 @@ Prepared sumOfSquaresCase(Ops& ops, uint64_t seed, int64_t n) {
     return p;
 }
 
+/** Data-parallel training's rank-order sum: bitwise the scalar fold ((s0 + s1) + s2) + … in f32. */
+Prepared sumRanksCase(Ops& ops, uint64_t seed, int ranks, int64_t n) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> s = uniform(rng, ranks * n, -1, 1);
+    const float* ds = A->put(s);
+    float* dout = A->poisoned(n);
+    p.call = [&ops, ds, ranks, n, dout] { ops.sumRanks(ds, ranks, n, dout); };
+    std::vector<float> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        float acc = s[static_cast<size_t>(i)];
+        for (int r = 1; r < ranks; ++r) acc = acc + s[static_cast<size_t>(r * n + i)];
+        want[static_cast<size_t>(i)] = acc;
+    }
+    p.check = [=] { return std::vector<Compare>{bits("out vs the scalar rank-order fold", A->get(dout, n), want)}; };
+    p.bytes = 4.0 * (ranks + 1) * n;
+    return p;
+}
+
 Prepared adamwCase(Ops& ops, uint64_t seed, int64_t n, int step, float weightDecay, float gradScale) {
     Rng rng(seed);
     Prepared p = start(ops);
@@ -1529,6 +1549,14 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 6, 72, 16, 4); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64); });
+
+    // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
+    for (int ranks : {1, 2, 3, 8})
+        for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{100003}})
+            add("sumRanks", format("ranks=%d n=%lld", ranks, static_cast<long long>(n)), DTYPE_F32, "-", NEED_NONE, false,
+                [=](Ops& o, uint64_t s) { return sumRanksCase(o, s, ranks, n); });
+    add("sumRanks", "ranks=2 n=3145735", DTYPE_F32, "-", NEED_NONE, false,
+        [=](Ops& o, uint64_t s) { return sumRanksCase(o, s, 2, 3 * (int64_t{1} << 20) + 7); });
 
     // ---- training utilities ----
     for (int64_t n : {1, 1000, 100003}) {

@@ -405,6 +405,42 @@ public final class Trainer implements AutoCloseable {
         return g;
     }
 
+    // ---- flat gradients (data-parallel exchange) ----
+
+    /** Floats in {@link #gradients()}: the sizes of every trainable tensor, in {@link #parameterNames()} order. */
+    public long gradientLength() {
+        long n = 0;
+        for (long size : sizes) n += size;
+        return n;
+    }
+
+    /**
+     * The accumulated gradient of every trainable tensor, concatenated in {@link #parameterNames()} order — what a
+     * data-parallel communicator exchanges ({@link org.mamba4j.parallel.Communicator}). With a loss scaler the values
+     * are the scaled gradients (times {@link #lossScale()}), as the optimizer step will unscale them.
+     *
+     * @throws IllegalStateException when the gradient does not fit a Java array
+     */
+    public float[] gradients() {
+        float[] g = new float[flatLength()];
+        guard.run(() -> peer.readGradients(g, g.length));
+        return g;
+    }
+
+    /** Replaces the accumulated gradient of every trainable tensor (the layout of {@link #gradients()}). */
+    public void setGradients(float[] gradients) {
+        Objects.requireNonNull(gradients, "gradients");
+        Checks.length("gradients", gradients.length, gradientLength());
+        guard.run(() -> peer.writeGradients(gradients, gradients.length));
+    }
+
+    private int flatLength() {
+        long n = gradientLength();
+        if (n > Integer.MAX_VALUE - 8)
+            throw new IllegalStateException(n + " gradients do not fit a Java array: exchange them on the device (NCCL)");
+        return (int) n;
+    }
+
     // ---- recurrent state / RL ----
 
     /**
@@ -692,6 +728,11 @@ public final class Trainer implements AutoCloseable {
     /** This trainer's guard (it shares the model's lock and keeps the model's peer until it is freed). */
     NativeGuard guard() {
         return guard;
+    }
+
+    /** The native trainer, for calls made under {@link #guard()} (the NCCL communicator's device exchange). */
+    org.mamba4j.nativ.Trainer peer() {
+        return peer;
     }
 
     /** Per tensor, whether a user's no-decay rule lets weight decay apply; null keeps libmamba's flags. */
