@@ -31,8 +31,8 @@ namespace mamba::sampling {
 
 /** Leaves per tile of the pairwise tree (a power of two): tiles are summed alone, then a tree over tiles. */
 constexpr int kTile = 1024;
-/** Candidate cuts (weight relative to the best token's 1) tried in turn before sorting everything. */
-constexpr double kCuts[2] = {1e-4, 1e-12};
+/** Candidate cuts (weight relative to the best token's 1) tried in turn (tiers 0, 1) before sorting everything (2). */
+MAMBA_SAMPLING_HD double tierCut(int tier) { return tier == 0 ? 1e-4 : 1e-12; }
 
 /** Error codes written instead of a token id. */
 constexpr int32_t kErrNaN = -1;
@@ -100,11 +100,13 @@ constexpr double kInvLn2 = 0x1.71547652b82fep+0;
 constexpr double kLn2Hi = 0x1.62e42fee00000p-1;
 constexpr double kLn2Lo = 0x1.a39ef35793c76p-33;
 constexpr double kExpMin = -708.0;
-constexpr double kExpCoeff[14] = {
-    0x1.0000000000000p+0,  0x1.0000000000000p+0,  0x1.0000000000000p-1,  0x1.5555555555555p-3,
-    0x1.5555555555555p-5,  0x1.1111111111111p-7,  0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13,
-    0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
-    0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33};
+// 1/n! for n = 0 … 13, each rounded to the nearest double (a macro so that CUDA's __constant__ copy is the same list).
+#define MAMBA_SAMPLING_EXP_COEFFS                                                                \
+    0x1.0000000000000p+0, 0x1.0000000000000p+0, 0x1.0000000000000p-1, 0x1.5555555555555p-3,      \
+        0x1.5555555555555p-5, 0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13, \
+        0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26, \
+        0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33
+constexpr double kExpCoeff[14] = {MAMBA_SAMPLING_EXP_COEFFS};
 
 MAMBA_SAMPLING_HD double powerOfTwo(int k) {  // 2^k for k in [-1022, 1023]
     const uint64_t bits = static_cast<uint64_t>(k + 1023) << 52;
@@ -129,10 +131,10 @@ __attribute__((optimize("fp-contract=off"), noinline)) inline double exp64(doubl
 }
 #endif
 
-/** Per-row scratch of the sampler (backend memory): weights p, sort keys, the tree over tile sums. */
+/** Per-row scratch of the sampler (backend memory): weights p, sort keys, the tree over tile sums, row facts. */
 struct ScratchLayout {
     int64_t tiles, tiles_pow2, keys_pow2;
-    int64_t p_offset, keys_offset, tree_offset, bytes;  // per row, in bytes
+    int64_t p_offset, keys_offset, tree_offset, stats_offset, bytes;  // per row, in bytes
     explicit ScratchLayout(int vocab) {
         tiles = (vocab + kTile - 1) / kTile;
         tiles_pow2 = 1;
@@ -142,7 +144,8 @@ struct ScratchLayout {
         p_offset = 0;
         keys_offset = tiles * kTile * 8;
         tree_offset = keys_offset + keys_pow2 * 8;
-        bytes = tree_offset + 2 * tiles_pow2 * 8;
+        stats_offset = tree_offset + 2 * tiles_pow2 * 8;
+        bytes = stats_offset + 64;
     }
 };
 

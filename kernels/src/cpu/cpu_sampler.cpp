@@ -99,7 +99,7 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
             // A tier is every finite token with w >= cutValue: a prefix of the order (w desc, id asc), so what it
             // decides is what sorting every token would decide. The last tier holds every finite token.
             const float cutValue =
-                tier < 2 ? static_cast<float>(max + rp.temperature * std::log(kCuts[tier])) : kNegInf;
+                tier < 2 ? static_cast<float>(max + rp.temperature * std::log(tierCut(tier))) : kNegInf;
             int64_t n = 0, positiveOutside = 0;
             for (int i = 0; i < vocab; ++i) {
                 if (!(w[i] > kNegInf)) continue;
