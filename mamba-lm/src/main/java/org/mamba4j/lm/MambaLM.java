@@ -136,8 +136,10 @@ public final class MambaLM implements AutoCloseable {
         int[][] out = new int[B][maxNew];
         int[] lengths = new int[B];
         boolean[] done = new boolean[B];
-        try (MambaState state = model.newState(B)) {
-            RowSampler rows = deviceSampling ? new DeviceRows(state, prompts, sampling) : new HostRows(prompts, sampling);
+        Session session = takeSession(B);
+        try {
+            MambaState state = session.state;
+            RowSampler rows = deviceSampling ? new DeviceRows(session.sampler(), prompts, sampling) : new HostRows(prompts, sampling);
             try {
                 int[] next = rows.prefill(state, prompts);
                 for (int step = 0; ; step++) {
@@ -156,9 +158,56 @@ public final class MambaLM implements AutoCloseable {
             } finally {
                 rows.close();
             }
+        } catch (RuntimeException | Error e) {
+            session.close();
+            throw e;
         }
+        giveBack(session);
         for (int b = 0; b < B; b++) out[b] = Arrays.copyOf(out[b], lengths[b]);
         return out;
+    }
+
+    /**
+     * The state (and device sampler) of the last generate call, kept for the next call of the same batch size: the
+     * same memory means CUDA graphs captured for it replay instead of being captured again each call. Concurrent
+     * calls each get their own (only one is kept).
+     */
+    private final class Session implements AutoCloseable {
+        final int batch;
+        final MambaState state;
+        private org.mamba4j.DeviceSampler sampler;
+
+        Session(int batch) {
+            this.batch = batch;
+            this.state = model.newState(batch);
+        }
+
+        org.mamba4j.DeviceSampler sampler() {
+            if (sampler == null) sampler = model.newSampler(batch, vocabSize);
+            return sampler;
+        }
+
+        @Override
+        public void close() {
+            state.close();
+            if (sampler != null) sampler.close();
+        }
+    }
+
+    private final java.util.concurrent.atomic.AtomicReference<Session> idle = new java.util.concurrent.atomic.AtomicReference<>();
+
+    private Session takeSession(int batch) {
+        Session s = idle.getAndSet(null);
+        if (s != null && s.batch == batch) {
+            s.state.reset();
+            return s;
+        }
+        if (s != null) s.close();
+        return new Session(batch);
+    }
+
+    private void giveBack(Session s) {
+        if (!idle.compareAndSet(null, s)) s.close();
     }
 
     /** Whether {@link #generate} samples on the model's device (default true). */
@@ -220,15 +269,10 @@ public final class MambaLM implements AutoCloseable {
         private final org.mamba4j.DeviceSampler sampler;
         private final int[] next;
 
-        DeviceRows(MambaState state, int[][] prompts, Sampling s) {
-            sampler = model.newSampler(prompts.length, vocabSize);
-            try {
-                for (int b = 0; b < prompts.length; b++)
-                    sampler.setRow(b, s.temperature(), s.topK(), s.topP(), s.minP(), s.repetitionPenalty(), s.seed(), prompts[b]);
-            } catch (RuntimeException e) {
-                sampler.close();
-                throw e;
-            }
+        DeviceRows(org.mamba4j.DeviceSampler sampler, int[][] prompts, Sampling s) {
+            this.sampler = sampler;
+            for (int b = 0; b < prompts.length; b++)
+                sampler.setRow(b, s.temperature(), s.topK(), s.topP(), s.minP(), s.repetitionPenalty(), s.seed(), prompts[b]);
             next = new int[prompts.length];
         }
 
@@ -244,7 +288,6 @@ public final class MambaLM implements AutoCloseable {
             return next;
         }
 
-        @Override public void close() { sampler.close(); }
     }
 
     /** Sampling on the host with one TokenSampler per row: every step copies all logits. */
@@ -330,6 +373,8 @@ public final class MambaLM implements AutoCloseable {
     /** Frees the model and the tokenizer. */
     @Override
     public void close() {
+        Session s = idle.getAndSet(null);
+        if (s != null) s.close();
         model.close();
         if (tokenizer != null) tokenizer.close();
     }
