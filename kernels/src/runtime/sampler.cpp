@@ -20,9 +20,8 @@ SamplerImpl::SamplerImpl(std::shared_ptr<Ops> o, int device, int batch, int voca
     seen_ = Buffer(*ops, seen_words * batch);
     out_ = Buffer(*ops, 2 * static_cast<int64_t>(batch));
     scratch_ = Buffer(*ops, (sampling::ScratchLayout(vocab).bytes * batch + 3) / 4);
-    const sampling::RowParams greedy{0.0, 1.0, 0.0, 1.0f, 0, 0};
-    for (int b = 0; b < batch; ++b)
-        ops->upload(params_.data() + kParamFloats * b, reinterpret_cast<const float*>(&greedy), kParamFloats);
+    const std::vector<sampling::RowParams> greedy(static_cast<size_t>(batch), sampling::RowParams{0.0, 1.0, 0.0, 1.0f, 0, 0});
+    ops->upload(params_.data(), reinterpret_cast<const float*>(greedy.data()), kParamFloats * batch);
     ops->synchronize();
 }
 
