@@ -134,7 +134,7 @@ __attribute__((optimize("fp-contract=off"), noinline)) inline double exp64(doubl
 /** Per-row scratch of the sampler (backend memory): weights p, sort keys, the tree over tile sums, row facts. */
 struct ScratchLayout {
     int64_t tiles, tiles_pow2, keys_pow2;
-    int64_t p_offset, keys_offset, tree_offset, stats_offset, bytes;  // per row, in bytes
+    int64_t p_offset, keys_offset, tree_offset, partials_offset, stats_offset, bytes;  // per row, in bytes
     explicit ScratchLayout(int vocab) {
         tiles = (vocab + kTile - 1) / kTile;
         tiles_pow2 = 1;
@@ -144,7 +144,8 @@ struct ScratchLayout {
         p_offset = 0;
         keys_offset = tiles * kTile * 8;
         tree_offset = keys_offset + keys_pow2 * 8;
-        stats_offset = tree_offset + 2 * tiles_pow2 * 8;
+        partials_offset = tree_offset + 2 * tiles_pow2 * 8;  // 16 bytes per tile (CUDA's per-tile argmax)
+        stats_offset = partials_offset + tiles * 16;
         bytes = stats_offset + 64;
     }
 };

@@ -3,8 +3,9 @@
 // tree over token ids (a heap of kTile leaves per tile, then a heap over tiles); every double operation is an
 // _rn intrinsic, so nvcc cannot contract it into an FMA. Seven launches, all graph-capturable, none synchronising:
 //
-//   rowStats   (one block per row)          errors, argmax, finite count; greedy rows finish here
-//   tiles(0)   (one block per tile and row) p = exp64((w − max)/T), stored
+//   tileStats  (one block per tile and row) per tile: the lowest NaN/+Inf id, the argmax key, the finite count
+//   tiles(0)   (one block per tile and row) each block reduces its row's tile results (block 0 writes them and
+//                                           finishes greedy and rejected rows), then p = exp64((w − max)/T), stored
 //   rowTopK    (one block per row)          the k-th largest w (candidate tiers, bitonic sort)
 //   tiles(1)   (rows with top-p)            tile sums of p masked by top-k → the tree for the norm
 //   rowTopP    (one block per row)          the nucleus: c += p/norm over the sorted candidates, one thread
@@ -32,7 +33,7 @@ constexpr int32_t kPending = -4;
 
 __constant__ double kCoeffDev[14] = {MAMBA_SAMPLING_EXP_COEFFS};
 
-/** What rowStats and the later stages leave for each other (64 bytes reserved per row). */
+/** What tiles(0) and the later stages leave for each other (64 bytes reserved per row). */
 struct RowStats {
     int64_t cut_key;  // tokens with a larger key are outside the nucleus (INT64_MAX: no cut)
     double norm;
@@ -41,9 +42,16 @@ struct RowStats {
 };
 static_assert(sizeof(RowStats) <= 64, "RowStats must fit its scratch slot");
 
+/** One tile's part of the row facts (16 bytes per tile in the scratch). */
+struct TileStats {
+    int64_t best;    // the smallest packDescending key of a finite w (INT64_MAX: none)
+    int32_t bad;     // the lowest NaN/+Inf id (INT_MAX: none)
+    int32_t finite;
+};
+
 struct Plan {
     SampleArgs a;
-    int64_t tiles, tiles_pow2, p_off, keys_off, tree_off, stats_off, row_bytes;
+    int64_t tiles, tiles_pow2, p_off, keys_off, tree_off, partials_off, stats_off, row_bytes;
 };
 
 struct Row {
@@ -54,6 +62,7 @@ struct Row {
     int64_t* keys;
     double* tree;
     RowStats* st;
+    TileStats* partials;
 };
 
 __device__ Row rowOf(const Plan& P, int64_t b) {
@@ -66,6 +75,7 @@ __device__ Row rowOf(const Plan& P, int64_t b) {
     r.keys = reinterpret_cast<int64_t*>(base + P.keys_off);
     r.tree = reinterpret_cast<double*>(base + P.tree_off);
     r.st = reinterpret_cast<RowStats*>(base + P.stats_off);
+    r.partials = reinterpret_cast<TileStats*>(base + P.partials_off);
     return r;
 }
 
@@ -85,10 +95,9 @@ __device__ double exp64d(double d) {
     return __dmul_rn(s, powerOfTwo(static_cast<int>(kd)));
 }
 
-__device__ __forceinline__ double weightOf(const Row& r, float w) {
+__device__ __forceinline__ double weightOf(const Row& r, float w, float max) {
     return w == -INFINITY ? 0.0
-                          : exp64d(__ddiv_rn(__dsub_rn(static_cast<double>(w), static_cast<double>(r.st->max)),
-                                             r.prm.temperature));
+                          : exp64d(__ddiv_rn(__dsub_rn(static_cast<double>(w), static_cast<double>(max)), r.prm.temperature));
 }
 
 __device__ __forceinline__ bool topKActive(const Row& r) { return r.prm.top_k > 0 && r.prm.top_k < r.st->finite; }
@@ -218,52 +227,72 @@ __device__ double buildTopHeap(double* tree, int64_t tiles, int64_t tp2) {
 
 // ---- the stages ----
 
-__global__ void __launch_bounds__(kThreads) rowStatsKernel(Plan P) {
+__global__ void __launch_bounds__(kThreads) tileStatsKernel(Plan P) {
     pdlWait();
-    for (int64_t b = blockIdx.x; b < P.a.batch; b += gridDim.x) {
+    const int64_t t = blockIdx.x;
+    const int i = static_cast<int>(t * kTile + threadIdx.x);
+    for (int64_t b = blockIdx.y; b < P.a.batch; b += gridDim.y) {
         const Row r = rowOf(P, b);
         int bad = INT_MAX, finite = 0;
         int64_t best = INT64_MAX;
-        for (int i = threadIdx.x; i < P.a.vocab; i += blockDim.x) {
+        if (i < P.a.vocab) {
             const float x = r.x[i];
             if (isnan(x) || x == INFINITY) {
-                bad = min(bad, i);
-                continue;
-            }
-            const float w = penalized(r, i);
-            if (w > -INFINITY) {
-                ++finite;
-                best = min(best, packDescending(w, i));
+                bad = i;
+            } else {
+                const float w = penalized(r, i);
+                if (w > -INFINITY) {
+                    finite = 1;
+                    best = packDescending(w, i);
+                }
             }
         }
         bad = blockReduce(bad, MinOp());
         best = blockReduce(best, MinOp());
         finite = blockReduce(finite, SumOp());
-        if (threadIdx.x == 0) {
-            RowStats s{INT64_MAX, 0.0, 0.0f, -INFINITY, -1, finite, 1, 0};
-            int32_t out = kPending, err = -1;
-            if (bad != INT_MAX) {
-                out = isnan(r.x[bad]) ? kErrNaN : kErrPosInf;
-                err = bad;
-            } else if (best == INT64_MAX) {
-                out = kErrAllNegInf;
-            } else {
-                const int id = keyId(best);
-                s.best = id;
-                s.max = penalized(r, id);
-                if (r.prm.temperature == 0.0) {
-                    out = id;
-                    r.seen[id >> 5] |= 1u << (id & 31);
-                } else {
-                    s.done = 0;
-                }
-            }
-            *r.st = s;
-            P.a.out[b] = out;
-            P.a.err_index[b] = err;
-        }
-        __syncthreads();
+        if (threadIdx.x == 0) r.partials[t] = TileStats{best, bad, finite};
     }
+}
+
+/**
+ * The row facts from its tiles' parts (every block of tiles(0) reduces them itself: no launch in between). Block
+ * (0, row) writes them, the ids of greedy and rejected rows and a greedy row's seen bit. Returns whether the row
+ * samples on (then max is its largest w).
+ */
+__device__ bool rowFacts(const Plan& P, const Row& r, int64_t b, float& max) {
+    int bad = INT_MAX, finite = 0;
+    int64_t best = INT64_MAX;
+    for (int64_t t = threadIdx.x; t < P.tiles; t += blockDim.x) {
+        const TileStats s = r.partials[t];
+        bad = min(bad, s.bad);
+        best = min(best, s.best);
+        finite += s.finite;
+    }
+    bad = blockReduce(bad, MinOp());
+    best = blockReduce(best, MinOp());
+    finite = blockReduce(finite, SumOp());
+    const bool sampling = bad == INT_MAX && best != INT64_MAX && r.prm.temperature != 0.0;
+    if (best != INT64_MAX) max = penalized(r, keyId(best));
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        RowStats s{INT64_MAX, 0.0, max, -INFINITY, -1, finite, sampling ? 0 : 1, 0};
+        int32_t out = kPending, err = -1;
+        if (bad != INT_MAX) {
+            out = isnan(r.x[bad]) ? kErrNaN : kErrPosInf;
+            err = bad;
+        } else if (best == INT64_MAX) {
+            out = kErrAllNegInf;
+        } else {
+            s.best = keyId(best);
+            if (!sampling) {  // greedy
+                out = s.best;
+                r.seen[s.best >> 5] |= 1u << (s.best & 31);
+            }
+        }
+        *r.st = s;
+        P.a.out[b] = out;
+        P.a.err_index[b] = err;
+    }
+    return sampling;
 }
 
 __global__ void __launch_bounds__(kThreads) tilesKernel(Plan P, int stage) {
@@ -273,11 +302,13 @@ __global__ void __launch_bounds__(kThreads) tilesKernel(Plan P, int stage) {
     const int i = static_cast<int>(t * kTile + threadIdx.x);
     for (int64_t b = blockIdx.y; b < P.a.batch; b += gridDim.y) {
         const Row r = rowOf(P, b);
-        if (r.st->done) continue;
         if (stage == 0) {
-            if (i < P.a.vocab) r.p[i] = weightOf(r, penalized(r, i));
+            float max = 0.0f;
+            if (rowFacts(P, r, b, max) && i < P.a.vocab) r.p[i] = weightOf(r, penalized(r, i), max);
+            __syncthreads();  // rowFacts' shared memory is reused by the next row
             continue;
         }
+        if (r.st->done) continue;
         if (stage == 1 && !(r.prm.top_p < 1.0)) continue;
         double v = 0.0;
         if (i < P.a.vocab) {
@@ -426,10 +457,11 @@ __global__ void __launch_bounds__(kThreads) rowDrawKernel(Plan P) {
 void sampleTokens(const Exec& ex, const SampleArgs& a) {
     if (a.batch <= 0) return;
     const ScratchLayout L(a.vocab);
-    const Plan P{a, L.tiles, L.tiles_pow2, L.p_offset, L.keys_offset, L.tree_offset, L.stats_offset, L.bytes};
+    const Plan P{a, L.tiles, L.tiles_pow2, L.p_offset, L.keys_offset, L.tree_offset, L.partials_offset, L.stats_offset,
+                 L.bytes};
     const unsigned rows = static_cast<unsigned>(a.batch < kMaxGridRows ? a.batch : kMaxGridRows);
     const dim3 tileGrid(static_cast<unsigned>(L.tiles), rows);
-    launch("sampleTokens.rowStats", ex, rowStatsKernel, dim3(rows), dim3(kThreads), 0, P);
+    launch("sampleTokens.tileStats", ex, tileStatsKernel, tileGrid, dim3(kThreads), 0, P);
     launch("sampleTokens.tiles", ex, tilesKernel, tileGrid, dim3(kThreads), 0, P, 0);
     launch("sampleTokens.rowTopK", ex, rowTopKKernel, dim3(rows), dim3(kThreads), 0, P);
     launch("sampleTokens.tiles", ex, tilesKernel, tileGrid, dim3(kThreads), 0, P, 1);
