@@ -83,8 +83,9 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
 
     s.p.resize(static_cast<size_t>(vocab));
     double* p = s.p.data();
-    for (int i = 0; i < vocab; ++i)
-        p[i] = w[i] == kNegInf ? 0.0 : exp64((static_cast<double>(w[i]) - static_cast<double>(max)) / rp.temperature);
+    // d first, then exp64 over the array (vectorised); -Inf tokens get d = -Inf, whose exp64 is 0.
+    for (int i = 0; i < vocab; ++i) p[i] = (static_cast<double>(w[i]) - static_cast<double>(max)) / rp.temperature;
+    exp64Array(p, vocab);
 
     const ScratchLayout L(vocab);
     s.tile.resize(2 * kTile);
