@@ -34,6 +34,11 @@ constexpr int kTile = 1024;
 /** Candidate cuts (weight relative to the best token's 1) tried in turn (tiers 0, 1) before sorting everything (2). */
 MAMBA_SAMPLING_HD double tierCut(int tier) { return tier == 0 ? 1e-4 : 1e-12; }
 
+/** What the rows of a batch use, so a backend can skip whole stages (SampleArgs::needs). */
+constexpr unsigned kNeedsSampling = 1;  // some row has temperature > 0
+constexpr unsigned kNeedsTopK = 2;      // some sampling row has top-k > 0
+constexpr unsigned kNeedsTopP = 4;      // some sampling row has top-p < 1
+
 /** Error codes written instead of a token id. */
 constexpr int32_t kErrNaN = -1;
 constexpr int32_t kErrPosInf = -2;

@@ -1,7 +1,7 @@
 // Token sampling on the GPU (Ops::sampleTokens): the rule and arithmetic of core/sampling.h, bit for bit the
 // CPU backend's (cpu/cpu_sampler.cpp) and the Java TokenSampler's. No atomics; every sum is the fixed pairwise
 // tree over token ids (a heap of kTile leaves per tile, then a heap over tiles); every double operation is an
-// _rn intrinsic, so nvcc cannot contract it into an FMA. Seven launches, all graph-capturable, none synchronising:
+// _rn intrinsic, so nvcc cannot contract it into an FMA. Seven launches, all graph-capturable, none synchronising (stages no row needs are skipped):
 //
 //   tileStats  (one block per tile and row) per tile: the lowest NaN/+Inf id, the argmax key, the finite count
 //   tiles(0)   (one block per tile and row) each block reduces its row's tile results (block 0 writes them and
@@ -461,11 +461,16 @@ void sampleTokens(const Exec& ex, const SampleArgs& a) {
                  L.bytes};
     const unsigned rows = static_cast<unsigned>(a.batch < kMaxGridRows ? a.batch : kMaxGridRows);
     const dim3 tileGrid(static_cast<unsigned>(L.tiles), rows);
+    // Stages no row needs are not launched (a greedy batch runs two kernels); every launched stage skips the rows
+    // it has nothing to do for.
     launch("sampleTokens.tileStats", ex, tileStatsKernel, tileGrid, dim3(kThreads), 0, P);
     launch("sampleTokens.tiles", ex, tilesKernel, tileGrid, dim3(kThreads), 0, P, 0);
-    launch("sampleTokens.rowTopK", ex, rowTopKKernel, dim3(rows), dim3(kThreads), 0, P);
-    launch("sampleTokens.tiles", ex, tilesKernel, tileGrid, dim3(kThreads), 0, P, 1);
-    launch("sampleTokens.rowTopP", ex, rowTopPKernel, dim3(rows), dim3(kThreads), 0, P);
+    if (!(a.needs & kNeedsSampling)) return;
+    if (a.needs & kNeedsTopK) launch("sampleTokens.rowTopK", ex, rowTopKKernel, dim3(rows), dim3(kThreads), 0, P);
+    if (a.needs & kNeedsTopP) {
+        launch("sampleTokens.tiles", ex, tilesKernel, tileGrid, dim3(kThreads), 0, P, 1);
+        launch("sampleTokens.rowTopP", ex, rowTopPKernel, dim3(rows), dim3(kThreads), 0, P);
+    }
     launch("sampleTokens.tiles", ex, tilesKernel, tileGrid, dim3(kThreads), 0, P, 2);
     launch("sampleTokens.rowDraw", ex, rowDrawKernel, dim3(rows), dim3(kThreads), 0, P);
 }

@@ -268,6 +268,8 @@ struct SampleArgs {
     int32_t* out;         // [batch]
     int32_t* err_index;   // [batch]
     void* scratch;        // sampling::ScratchLayout(vocab).bytes · batch bytes of backend memory
+    /** sampling::kNeeds* bits: which settings some row uses (a backend may skip the stages no row needs). */
+    unsigned needs = ~0u;
 };
 
 class Ops {

@@ -225,7 +225,8 @@ void ModelImpl::runSample(StateImpl& s, SamplerImpl& smp, const int32_t* ids, in
     if (graphs_ && T == 1) {
         const auto key = std::make_pair(static_cast<const float*>(s.data.data()), B);
         auto it = sample_graphs_.find(key);
-        if (it != sample_graphs_.end() && it->second.sampler_uid != smp.uid) {
+        const SampleArgs sa = smp.args(y_stage_.data(), d.vocab);
+        if (it != sample_graphs_.end() && (it->second.sampler_uid != smp.uid || it->second.needs != sa.needs)) {
             ops->destroyGraph(it->second.graph);
             sample_graphs_.erase(it);
             it = sample_graphs_.end();
@@ -234,12 +235,12 @@ void ModelImpl::runSample(StateImpl& s, SamplerImpl& smp, const int32_t* ids, in
             ops->beginCapture();
             try {
                 launch(s.data.data(), staged, B, 1, y_stage_.data(), false);
-                ops->sampleTokens(smp.args(y_stage_.data(), d.vocab));
+                ops->sampleTokens(sa);
             } catch (...) {
                 ops->destroyGraph(ops->endCapture());
                 throw;
             }
-            it = sample_graphs_.emplace(key, SampleGraph{smp.uid, ops->endCapture()}).first;
+            it = sample_graphs_.emplace(key, SampleGraph{smp.uid, sa.needs, ops->endCapture()}).first;
         }
         ops->replay(it->second.graph);
     } else {

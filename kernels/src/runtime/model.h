@@ -94,6 +94,7 @@ private:
     std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, ±batch) -> captured step
     struct SampleGraph {
         uint64_t sampler_uid;
+        unsigned needs;  // the sampler's stages captured (its rows' settings may change what runs)
         void* graph;
     };
     std::map<std::pair<const float*, int>, SampleGraph> sample_graphs_;  // (state memory, batch) -> step + sampling

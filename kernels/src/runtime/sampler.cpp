@@ -20,8 +20,8 @@ SamplerImpl::SamplerImpl(std::shared_ptr<Ops> o, int device, int batch, int voca
     seen_ = Buffer(*ops, seen_words * batch);
     out_ = Buffer(*ops, 2 * static_cast<int64_t>(batch));
     scratch_ = Buffer(*ops, (sampling::ScratchLayout(vocab).bytes * batch + 3) / 4);
-    const std::vector<sampling::RowParams> greedy(static_cast<size_t>(batch), sampling::RowParams{0.0, 1.0, 0.0, 1.0f, 0, 0});
-    ops->upload(params_.data(), reinterpret_cast<const float*>(greedy.data()), kParamFloats * batch);
+    params_host_.assign(static_cast<size_t>(batch), sampling::RowParams{0.0, 1.0, 0.0, 1.0f, 0, 0});
+    ops->upload(params_.data(), reinterpret_cast<const float*>(params_host_.data()), kParamFloats * batch);
     ops->synchronize();
 }
 
@@ -30,8 +30,20 @@ void SamplerImpl::setRow(int row, const sampling::RowParams& p, uint64_t seed, c
     for (int64_t i = 0; i < n; ++i) row_bits_[history[i] >> 5] |= 1u << (history[i] & 31);
     ops->upload(seen_.data() + seen_words * row, reinterpret_cast<const float*>(row_bits_.data()), seen_words);
     ops->upload(params_.data() + kParamFloats * row, reinterpret_cast<const float*>(&p), kParamFloats);
+    params_host_[row] = p;
     ops->upload(rng_.data() + 2 * static_cast<int64_t>(row), reinterpret_cast<const float*>(&seed), 2);
     ops->synchronize();
+}
+
+unsigned SamplerImpl::needs() const {
+    unsigned n = 0;
+    for (const sampling::RowParams& p : params_host_) {
+        if (p.temperature == 0.0) continue;
+        n |= sampling::kNeedsSampling;
+        if (p.top_k > 0) n |= sampling::kNeedsTopK;
+        if (p.top_p < 1.0) n |= sampling::kNeedsTopP;
+    }
+    return n;
 }
 
 uint64_t SamplerImpl::randomState(int row) {
@@ -53,6 +65,7 @@ SampleArgs SamplerImpl::args(const float* logits, int64_t ld) {
     a.out = reinterpret_cast<int32_t*>(out_.data());
     a.err_index = reinterpret_cast<int32_t*>(out_.data()) + batch;
     a.scratch = scratch_.data();
+    a.needs = needs();
     return a;
 }
 

@@ -20,6 +20,8 @@ public:
     SampleArgs args(const float* logits, int64_t ld);
     /** Downloads the sampled ids into next [batch] (host); throws for a row the op rejected. */
     void collect(int32_t* next);
+    /** sampling::kNeeds* bits of the rows' current settings. */
+    unsigned needs() const;
     /** The random state of a row (after its draws so far). */
     uint64_t randomState(int row);
 
@@ -32,6 +34,7 @@ public:
 private:
     Buffer params_, rng_, seen_, out_, scratch_;  // out_: [batch] ids then [batch] error indices
     std::vector<uint32_t> row_bits_;
+    std::vector<sampling::RowParams> params_host_;  // what params_ holds
 };
 
 }  // namespace mamba

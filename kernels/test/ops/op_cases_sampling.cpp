@@ -209,6 +209,10 @@ Prepared sampleCase(Ops& ops, uint64_t seed, int vocab, int ldExtra, const std::
     a.out = reinterpret_cast<int32_t*>(dOut);
     a.err_index = reinterpret_cast<int32_t*>(dOut) + B;
     a.scratch = dScratch;
+    a.needs = 0;  // as the runtime computes it: a backend may skip the stages no row needs
+    for (const RowParams& r : prm)
+        if (r.temperature != 0.0)
+            a.needs |= kNeedsSampling | (r.top_k > 0 ? kNeedsTopK : 0u) | (r.top_p < 1.0 ? kNeedsTopP : 0u);
     p.call = [&ops, a] { ops.sampleTokens(a); };
     p.check = [=, &ops] {
         std::vector<Compare> cs;
@@ -294,6 +298,13 @@ std::vector<Case> samplingCases() {
          row(params(1.0, 30000), RowSpec::LongTail, 0, 0, 23), row(params(1.0, 4000, 0.5), RowSpec::LongTail, 0, 0, 24),
          row(params(3.0, 0, 0.97), RowSpec::Random, 0, 0, 25), row(params(1.0, 0, 0.3, 0.0, 1.0f), RowSpec::Flat, 0, 0, 26)},
         2);
+    // Batches that need only some stages (the CUDA backend launches only those).
+    add("vocab=5000 greedy rows only", 5000, 0,
+        {row(params(0.0)), row(params(0.0, 0, 1, 0, 1.5f), RowSpec::Random, 0, 300), row(params(0.0), RowSpec::Ties)}, 3);
+    add("vocab=5000 temperature/min-p rows only", 5000, 0,
+        {row(params(0.7)), row(params(1.0, 0, 1, 0.1), RowSpec::Random, 0, 0, 41), row(params(0.0))}, 3);
+    add("vocab=5000 top-k rows, no top-p", 5000, 0, {row(params(0.7, 20)), row(params(1.0, 7), RowSpec::Ties, 0, 0, 42)}, 3);
+    add("vocab=5000 top-p rows, no top-k", 5000, 0, {row(params(0.7, 0, 0.8)), row(params(1.0, 0, 0.6), RowSpec::Ties, 0, 0, 43)}, 3);
     // Rejected rows: the lowest offending id is reported and nothing is drawn or marked; the other rows sample.
     add("vocab=1500 errors", 1500, 0,
         {row(params(1.0), RowSpec::NaNAt), row(params(0.0), RowSpec::PosInfAt), row(params(1.0), RowSpec::AllNegInf),
