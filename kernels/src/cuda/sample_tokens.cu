@@ -193,6 +193,7 @@ __device__ int64_t* gatherTier(const Row& r, int vocab, int tier, int64_t* smem,
     const float cut =
         tier < 2 ? static_cast<float>(static_cast<double>(r.st->max) + r.prm.temperature * log(tierCut(tier))) : -INFINITY;
     int mine = 0, po = 0;
+#pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float w = penalized(r, i);
         if (!(w > -INFINITY)) continue;
@@ -202,6 +203,7 @@ __device__ int64_t* gatherTier(const Row& r, int vocab, int tier, int64_t* smem,
     int at = blockExclusiveScan(mine, n);
     outside = blockReduce(po, SumOp());
     int64_t* keys = n <= kSmemKeys ? smem : r.keys;
+#pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float w = penalized(r, i);
         if (w > -INFINITY && w >= cut) keys[at++] = packDescending(w, i);

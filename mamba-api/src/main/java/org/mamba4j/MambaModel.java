@@ -300,7 +300,7 @@ public final class MambaModel implements AutoCloseable {
     /**
      * {@link #stepTokens} followed by sampling each row's next token on this model's device with {@code sampler}:
      * ids [B] in, the sampled ids [B] into {@code next}; the logits never leave the device. Each sampled id joins its
-     * row's history in the sampler.
+     * row's history in the sampler. {@code ids} and {@code next} may be the same array.
      *
      * @throws MambaException when a row's logits hold NaN or +Infinity, or only -Infinity (the state has stepped)
      */
@@ -321,7 +321,8 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.length("ids", ids.length, (long) state.batch() * steps);
         Checks.length("next", next.length, state.batch());
-        guard.run(() -> peer.prefillTokensSample(state.peer(), sampler.peer(), ids, ids.length, steps, next, next.length),
+        int[] in = ids == next ? ids.clone() : ids;  // one array may be both (JNI copies each argument separately)
+        guard.run(() -> peer.prefillTokensSample(state.peer(), sampler.peer(), in, in.length, steps, next, next.length),
                 state.guard(), sampler.guard());
     }
 

@@ -551,7 +551,10 @@ public final class Generator implements AutoCloseable {
         /** Submissions beyond this many requests waiting for a slot are refused (default 1024). */
         public Builder maxQueued(int n) { maxQueued = positive("maxQueued", n); return this; }
 
-        /** Threads that sample the decoding requests' next tokens (default: half the processors, 1 to 4). */
+        /**
+         * Threads that sample the decoding requests' next tokens on the host (default: half the processors, 1 to 4):
+         * used with {@code deviceSampling(false)} and for each request's first token.
+         */
         public Builder samplingThreads(int n) { samplingThreads = positive("samplingThreads", n); return this; }
 
         /**
