@@ -152,16 +152,16 @@ class DeviceSamplerTest {
     @Test
     void topPSplitsATieGroupKeepingTheLowerIds() {
         // The documented rule: the running sum over (logit desc, id asc) stops at the token reaching topP, so of four
-        // tied tokens topP 0.5 keeps ids 1 and 3 (the banned 0 and 2 aside: 5, 6 tie too but come later).
+        // tied tokens (weights 1, the -5 one e^-7) topP 0.45 keeps ids 1 and 3 (the banned 0 and 2 aside: 5, 6 tie too but come later).
         float[] x = {Float.NEGATIVE_INFINITY, 2f, Float.NEGATIVE_INFINITY, 2f, -5f, 2f, 2f};
-        Sampling s = Sampling.ofTemperature(1.0).topP(0.5);
+        Sampling s = Sampling.ofTemperature(1.0).topP(0.45);
         try (MambaModel m = MambaModel.builder(Mamba1Config.builder().dModel(8).dState(4).layers(1).build())
                 .vocabSize(7).device(Device.cpu()).build();
              DeviceSampler ds = m.newSampler(1, 7)) {
             int[] count = new int[7];
             for (int seed = 0; seed < 400; seed++) {
                 TokenSampler host = new TokenSampler(s, seed);
-                ds.setRow(0, 1.0, 0, 0.5, 0.0, 1.0, seed, new int[0]);
+                ds.setRow(0, 1.0, 0, 0.45, 0.0, 1.0, seed, new int[0]);
                 int tok = host.next(x, null, 0);
                 assertEquals(tok, ds.sample(x, 7)[0]);
                 count[tok]++;
