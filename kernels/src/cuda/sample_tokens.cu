@@ -38,7 +38,9 @@ struct RowStats {
     int64_t cut_key;  // tokens with a larger key are outside the nucleus (INT64_MAX: no cut)
     double norm;
     float max, kth;   // kth: -Inf when top-k is off
-    int32_t best, finite, done, pad;
+    int32_t best, finite, done;
+    int32_t tier_n;   // top-k rows: rowTopK leaves the sorted keys of the tier that held the top-k set in the
+                      // row's global keys, tier_n of them (rowTopP's nucleus always lies within that set)
 };
 static_assert(sizeof(RowStats) <= 64, "RowStats must fit its scratch slot");
 
@@ -184,24 +186,25 @@ __device__ void bitonicSort(int64_t* a, int64_t n2) {
         }
 }
 
+/** The cut value of candidate tier `tier` (any value would do: a tier of the form w >= c is a prefix of the order). */
+__device__ float tierCutValue(const Row& r, int tier) {
+    return tier < 2 ? static_cast<float>(static_cast<double>(r.st->max) + r.prm.temperature * log(tierCut(tier)))
+                    : -INFINITY;
+}
+
 /**
  * Gathers tier `tier`'s keys (finite tokens with w >= the tier's cut value; every finite token in tier 2) and
- * sorts them: into shared `smem` when they fit, else into the row's global keys. Returns the count; `outside`
- * gets the number of finite tokens outside the tier whose weight p is > 0.
+ * sorts them: into shared `smem` when they fit, else into the row's global keys. Returns where; n = the count.
  */
-__device__ int64_t* gatherTier(const Row& r, int vocab, int tier, int64_t* smem, int& n, int& outside) {
-    const float cut =
-        tier < 2 ? static_cast<float>(static_cast<double>(r.st->max) + r.prm.temperature * log(tierCut(tier))) : -INFINITY;
-    int mine = 0, po = 0;
+__device__ int64_t* gatherTier(const Row& r, int vocab, int tier, int64_t* smem, int& n) {
+    const float cut = tierCutValue(r, tier);
+    int mine = 0;
 #pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float w = penalized(r, i);
-        if (!(w > -INFINITY)) continue;
-        if (w >= cut) ++mine;
-        else if (r.p[i] > 0.0) ++po;
+        if (w > -INFINITY && w >= cut) ++mine;
     }
     int at = blockExclusiveScan(mine, n);
-    outside = blockReduce(po, SumOp());
     int64_t* keys = n <= kSmemKeys ? smem : r.keys;
 #pragma unroll 4
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -214,6 +217,18 @@ __device__ int64_t* gatherTier(const Row& r, int vocab, int tier, int64_t* smem,
     __syncthreads();
     bitonicSort(keys, n2);
     return keys;
+}
+
+/** Finite tokens below tier `tier`'s cut whose weight p is > 0 (is the tier missing any mass?). */
+__device__ int positiveBelow(const Row& r, int vocab, int tier) {
+    const float cut = tierCutValue(r, tier);
+    int mine = 0;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float w = penalized(r, i);
+        if (w > -INFINITY && !(w >= cut) && r.p[i] > 0.0) ++mine;
+    }
+    return blockReduce(mine, SumOp());
 }
 
 /** Zero-pads the tile leaves of the row's tree to a power of two and builds the heap over them; returns the root. */
@@ -338,10 +353,15 @@ __global__ void __launch_bounds__(kThreads) rowTopKKernel(Plan P) {
         const Row r = rowOf(P, b);
         if (r.st->done || !topKActive(r)) continue;
         for (int tier = 0; tier <= 2; ++tier) {
-            int n, outside;
-            int64_t* keys = gatherTier(r, P.a.vocab, tier, smem, n, outside);
+            int n;
+            int64_t* keys = gatherTier(r, P.a.vocab, tier, smem, n);
             if (n < r.prm.top_k && tier < 2) continue;
-            if (threadIdx.x == 0) r.st->kth = keyValue(keys[r.prm.top_k - 1]);
+            if (keys == smem)
+                for (int j = threadIdx.x; j < n; j += blockDim.x) r.keys[j] = smem[j];  // for rowTopP
+            if (threadIdx.x == 0) {
+                r.st->kth = keyValue(keys[r.prm.top_k - 1]);
+                r.st->tier_n = n;
+            }
             break;
         }
         __syncthreads();
@@ -360,9 +380,10 @@ __global__ void __launch_bounds__(kThreads) rowTopPKernel(Plan P) {
         const bool kActive = topKActive(r);
         const float kth = r.st->kth;
         for (int tier = 0; tier <= 2; ++tier) {
-            int n, outside;
-            int64_t* keys = gatherTier(r, P.a.vocab, tier, smem, n, outside);
-            if (kActive && n < r.prm.top_k && tier < 2) continue;
+            // A top-k row's candidates are rowTopK's sorted tier, which holds the whole top-k set: it decides.
+            int n;
+            int64_t* keys = kActive ? r.keys : gatherTier(r, P.a.vocab, tier, smem, n);
+            if (kActive) n = r.st->tier_n;
             int mine = 0;
             for (int j = threadIdx.x; j < n; j += blockDim.x) mine += keyValue(keys[j]) >= kth;
             const int keep = kActive ? blockReduce(mine, SumOp()) : n;
@@ -385,7 +406,8 @@ __global__ void __launch_bounds__(kThreads) rowTopPKernel(Plan P) {
                 __syncthreads();
                 if (found >= 0) break;
             }
-            if (found < 0 && !kActive && outside > 0 && tier < 2) continue;  // the nucleus reaches below this tier
+            // Not reached: the nucleus reaches below this tier if some weight lies there (rounding aside).
+            if (found < 0 && !kActive && tier < 2 && positiveBelow(r, P.a.vocab, tier) > 0) continue;
             if (threadIdx.x == 0) r.st->cut_key = found >= 0 ? keys[found] : INT64_MAX;
             break;
         }
