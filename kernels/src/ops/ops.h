@@ -267,7 +267,7 @@ struct SampleArgs {
     int64_t seen_words;
     int32_t* out;         // [batch]
     int32_t* err_index;   // [batch]
-    void* scratch;        // sampling::ScratchLayout(vocab).bytes · batch bytes of backend memory
+    void* scratch;        // sampling::ScratchLayout(vocab).bytes · batch bytes of backend memory (a host backend may ignore it)
     /** sampling::kNeeds* bits: which settings some row uses (a backend may skip the stages no row needs). */
     unsigned needs = ~0u;
 };

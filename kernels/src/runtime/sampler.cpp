@@ -19,7 +19,8 @@ SamplerImpl::SamplerImpl(std::shared_ptr<Ops> o, int device, int batch, int voca
     rng_ = Buffer(*ops, 2 * static_cast<int64_t>(batch));
     seen_ = Buffer(*ops, seen_words * batch);
     out_ = Buffer(*ops, 2 * static_cast<int64_t>(batch));
-    scratch_ = Buffer(*ops, (sampling::ScratchLayout(vocab).bytes * batch + 3) / 4);
+    // The CPU backend keeps its per-row work in thread-local vectors; device backends need the scratch.
+    if (!ops->capabilities().host) scratch_ = Buffer(*ops, (sampling::ScratchLayout(vocab).bytes * batch + 3) / 4);
     params_host_.assign(static_cast<size_t>(batch), sampling::RowParams{0.0, 1.0, 0.0, 1.0f, 0, 0});
     ops->upload(params_.data(), reinterpret_cast<const float*>(params_host_.data()), kParamFloats * batch);
     ops->synchronize();
