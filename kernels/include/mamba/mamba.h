@@ -126,7 +126,9 @@ MAMBA_API std::string blasCoreName();
 class ModelImpl;
 class StateImpl;
 class TensorImpl;
+class SamplerImpl;
 class Model;
+class Sampler;
 
 /**
  * An owning buffer on a device (or the host for DEVICE_CPU) with a dtype and a shape, for zero-copy
@@ -272,10 +274,57 @@ public:
     void forwardTokens(State* state, const int32_t* ids, int64_t idsLength, int B, int T, float* logits,
                        int64_t logitsLength);
 
+    /**
+     * stepTokens, then each row's next token is sampled on the model's device by `sampler` (same batch): only
+     * the ids cross to the host, next [B]. With CUDA graphs on, the step and the sampling replay as one graph.
+     * Each sampled id joins its row's history (the repetition penalty's seen set). A row whose logits hold NaN
+     * or +Inf, or only -Inf, throws std::runtime_error naming the row and token (the other rows have sampled).
+     */
+    void stepTokensSample(State& state, Sampler& sampler, const int32_t* ids, int64_t idsLength, int32_t* next,
+                          int64_t nextLength);
+    /** prefillTokens of ids [B, T] (state carried), then the first token of each row sampled as stepTokensSample. */
+    void prefillTokensSample(State& state, Sampler& sampler, const int32_t* ids, int64_t idsLength, int T,
+                             int32_t* next, int64_t nextLength);
+
     ModelImpl* impl() const { return impl_; }
 
 private:
     ModelImpl* impl_;
+};
+
+/**
+ * Token sampling on a model's device for `batch` rows: per-row settings, a SplitMix64 random stream per row
+ * (java.util.SplittableRandom's, so a seed gives the Java host sampler's draws) and the set of token ids seen so
+ * far (the repetition penalty's history), all in device memory. The rule and its exact arithmetic (the same bits
+ * on the CPU, on CUDA and in org.mamba4j.lm.TokenSampler) are in src/core/sampling.h. Rows sample the first
+ * `vocab` logits of the model's rows (vocab <= the model's padded vocabulary). A fresh row is greedy with an
+ * empty history and seed 0. Not thread-safe; use it with the model it was made for.
+ */
+class MAMBA_API Sampler {
+public:
+    Sampler(const Model& model, int batch, int vocab);
+    ~Sampler();
+    Sampler(const Sampler&) = delete;
+    Sampler& operator=(const Sampler&) = delete;
+
+    int batch() const;
+    int vocab() const;
+    /**
+     * Configures row `row`: temperature (finite, >= 0; 0 = greedy), topK (>= 0; 0 = off), topP (in (0, 1]),
+     * minP (in [0, 1)), repetitionPenalty (finite, > 0; used as a float), the seed of its random stream, and its
+     * history (ids in [0, vocab), may be null with historyLength 0), which replaces the row's seen set.
+     */
+    void setRow(int row, double temperature, int topK, double topP, double minP, double repetitionPenalty, int64_t seed,
+                const int32_t* history, int64_t historyLength);
+    /** The random stream's state of a row (SplittableRandom's seed field after the row's draws). */
+    int64_t randomState(int row) const;
+    /** Samples from host logits [batch, rowWidth] (rowWidth >= vocab) on the sampler's device: next [batch]. */
+    void sample(const float* logits, int64_t logitsLength, int rowWidth, int32_t* next, int64_t nextLength);
+
+    SamplerImpl* impl() const { return impl_; }
+
+private:
+    SamplerImpl* impl_;
 };
 
 // ---- training (trainer_api.cpp) ----

@@ -47,6 +47,8 @@ public:
     double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
     void embedBackward(const EmbedBackwardArgs& a) override;
+
+    void sampleTokens(const SampleArgs& a) override;  // cpu_sampler.cpp
 };
 
 // Shared by the stage files.

@@ -563,6 +563,13 @@ void CudaBackend::embedBackward(const EmbedBackwardArgs& a) {
     train::embedBackward(nextExec(), a, trainScratch());
 }
 
+void CudaBackend::sampleTokens(const SampleArgs& a) {
+    Lock lock(mu_);
+    if (a.batch <= 0) return;
+    enter();
+    cuda::sampleTokens(nextExec(), a);
+}
+
 // ---- graphs ----
 
 void CudaBackend::beginCapture() {

@@ -84,6 +84,7 @@ public:
     double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
     void embedBackward(const EmbedBackwardArgs& a) override;
+    void sampleTokens(const SampleArgs& a) override;  // sample_tokens.cu
 
     // ---- for the kernel tests and benchmarks (each acts on this context only) ----
     int ordinal() const { return ordinal_; }

@@ -35,6 +35,10 @@ void biasInit(const Exec& ex, float* y, int64_t ldy, int64_t rows, int n, const 
  */
 void embed(const Exec& ex, const void* table, int dtype, const int32_t* ids, int64_t rows, int d, float* out);
 
+// ---- sample_tokens.cu ----
+/** Ops::sampleTokens (core/sampling.h's rule): seven graph-capturable launches, no synchronisation. */
+void sampleTokens(const Exec& ex, const SampleArgs& a);
+
 // ---- conv_silu.cu ----
 void convSilu(const Exec& ex, const ConvArgs& c);
 

@@ -251,6 +251,27 @@ struct EmbedBackwardArgs {
     float* dtable;          // [vocab, d] f32 (+=)
 };
 
+/**
+ * Samples one token per row from logits (core/sampling.h has the exact rule; every backend gives the same ids):
+ * out[b] = the token of row b, or a negative sampling::kErr* code with the offending id in err_index[b]. The
+ * row's random state advances by one draw (none when greedy or on an error) and the sampled id joins its seen
+ * set (the repetition penalty's history). Nothing is synchronised: out stays in backend memory.
+ */
+struct SampleArgs {
+    const float* logits;  // [batch, ld]; the first vocab of each row are sampled
+    int64_t ld;
+    int batch, vocab;
+    const void* params;   // [batch] sampling::RowParams
+    uint64_t* rng;        // [batch] SplitMix64 states
+    uint32_t* seen;       // [batch, seen_words] bit sets of seen ids
+    int64_t seen_words;
+    int32_t* out;         // [batch]
+    int32_t* err_index;   // [batch]
+    void* scratch;        // sampling::ScratchLayout(vocab).bytes · batch bytes of backend memory (a host backend may ignore it)
+    /** sampling::kNeeds* bits: which settings some row uses (a backend may skip the stages no row needs). */
+    unsigned needs = ~0u;
+};
+
 class Ops {
 public:
     virtual ~Ops() = default;
@@ -347,6 +368,9 @@ public:
         }
         upload(out, sum.data(), n);
     }
+
+    // ---- sampling (every backend) ----
+    virtual void sampleTokens(const SampleArgs& a) = 0;
 };
 
 }  // namespace mamba

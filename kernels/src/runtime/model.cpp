@@ -114,6 +114,8 @@ GemmMode ModelImpl::trainingMode() const {
 void ModelImpl::dropGraphs() noexcept {
     for (auto& g : step_graphs_) ops->destroyGraph(g.second);
     step_graphs_.clear();
+    for (auto& g : sample_graphs_) ops->destroyGraph(g.second.graph);
+    sample_graphs_.clear();
 }
 
 void ModelImpl::checkState(const StateImpl& s) const {
@@ -199,6 +201,53 @@ void ModelImpl::run(StateImpl* state, Input in, int B, int T, float* out, bool a
                                 : Input{x_stage_.data(), nullptr};
     launch(st, staged, B, T, y_stage_.data(), allPositions);
     ops->download(out, y_stage_.data(), outN);
+}
+
+// Step (or prefill) + sampling: the logits stay in backend memory; the sampler op writes ids there and only those
+// are downloaded. With graphs (T = 1), the capture holds the step's kernels and the sampler's, keyed by the state's
+// memory and the sampler's uid (a state row count never changes, and a sampler's buffers never move), so each
+// replay is one launch; the ids upload and download stay outside, as for plain steps.
+void ModelImpl::runSample(StateImpl& s, SamplerImpl& smp, const int32_t* ids, int T, int32_t* next) {
+    const BackboneDims& d = backbone.dims;
+    const int B = s.batch;
+    const int64_t inN = static_cast<int64_t>(B) * T, outN = static_cast<int64_t>(B) * d.vocab;
+    if (ops->capabilities().host) {
+        y_stage_.ensure(*ops, outN);
+        launch(s.data.data(), Input{nullptr, ids}, B, T, y_stage_.data(), false);
+        ops->sampleTokens(smp.args(y_stage_.data(), d.vocab));
+        smp.collect(next);
+        return;
+    }
+    reserve(B, T, inN, outN);
+    weights();  // derived weights are refreshed eagerly, outside any graph
+    ops->upload(x_stage_.data(), reinterpret_cast<const float*>(ids), inN);
+    const Input staged{nullptr, reinterpret_cast<const int32_t*>(x_stage_.data())};
+    if (graphs_ && T == 1) {
+        const auto key = std::make_pair(static_cast<const float*>(s.data.data()), B);
+        auto it = sample_graphs_.find(key);
+        const SampleArgs sa = smp.args(y_stage_.data(), d.vocab);
+        if (it != sample_graphs_.end() && (it->second.sampler_uid != smp.uid || it->second.needs != sa.needs)) {
+            ops->destroyGraph(it->second.graph);
+            sample_graphs_.erase(it);
+            it = sample_graphs_.end();
+        }
+        if (it == sample_graphs_.end()) {
+            ops->beginCapture();
+            try {
+                launch(s.data.data(), staged, B, 1, y_stage_.data(), false);
+                ops->sampleTokens(sa);
+            } catch (...) {
+                ops->destroyGraph(ops->endCapture());
+                throw;
+            }
+            it = sample_graphs_.emplace(key, SampleGraph{smp.uid, sa.needs, ops->endCapture()}).first;
+        }
+        ops->replay(it->second.graph);
+    } else {
+        launch(s.data.data(), staged, B, T, y_stage_.data(), false);
+        ops->sampleTokens(smp.args(y_stage_.data(), d.vocab));
+    }
+    smp.collect(next);
 }
 
 }  // namespace mamba

@@ -5,6 +5,7 @@
 
 #include "arch/backbone.h"
 #include "core/buffer.h"
+#include "runtime/sampler.h"
 
 #include <map>
 #include <memory>
@@ -37,6 +38,12 @@ public:
 
     /** Runs on host input/output, staging through device memory where needed; state null = zeros, kept nowhere. */
     void run(StateImpl* state, Input in, int B, int T, float* out, bool allPositions);
+    /**
+     * Runs ids [B, T] from the state (carried), then samples each row's next token from the last position's
+     * logits with `sampler` on this backend: only the ids come back (next, host). T = 1 replays a CUDA graph
+     * of step + sampling when graphs are on.
+     */
+    void runSample(StateImpl& state, SamplerImpl& sampler, const int32_t* ids, int T, int32_t* next);
     /** Launches on input already in backend memory (no staging, no synchronisation). */
     void launch(float* state, Input staged, int B, int T, float* out, bool allPositions);
 
@@ -85,6 +92,12 @@ private:
     bool graphs_ = false;
     int gemm_mode_ = GEMM_CUBLAS_FAST;
     std::map<std::pair<const float*, int>, void*> step_graphs_;  // (state memory, ±batch) -> captured step
+    struct SampleGraph {
+        uint64_t sampler_uid;
+        unsigned needs;  // the sampler's stages captured (its rows' settings may change what runs)
+        void* graph;
+    };
+    std::map<std::pair<const float*, int>, SampleGraph> sample_graphs_;  // (state memory, batch) -> step + sampling
 };
 
 }  // namespace mamba

@@ -20,7 +20,7 @@ if [ -z "${OPENBLAS:-}" ]; then
 fi
 CXXFLAGS="-std=c++17 -O3 -march=x86-64-v3 -fopenmp-simd -fno-math-errno -fno-trapping-math -Wall -Wextra -Wno-unused-parameter"
 INC="-I$ROOT/kernels/include -I$ROOT/kernels/src -I$ROOT/kernels/test/ops"
-TESTS="harness.cpp op_cases.cpp op_cases_mamba3.cpp op_test.cpp reference.cpp reference_mamba3.cpp ref_ops.cpp"
+TESTS="harness.cpp op_cases.cpp op_cases_mamba3.cpp op_cases_sampling.cpp op_test.cpp reference.cpp reference_mamba3.cpp ref_ops.cpp"
 if [ -n "$REF_ONLY" ]; then
   SOURCES=$(for t in $TESTS ref_stubs.cpp; do echo "$ROOT/kernels/test/ops/$t"; done)
   LIBS=

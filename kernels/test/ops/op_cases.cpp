@@ -1623,6 +1623,7 @@ std::vector<Case> allCases() {
     train("embedBackward", "vocab=1000 d=200 rows=4099 repeats",
           [](Ops& o, uint64_t s) { return embedBackwardCase(o, s, 1000, 200, 4099, false, true); });
     for (Case& c : mamba3Cases()) t.push_back(std::move(c));
+    for (Case& c : samplingCases()) t.push_back(std::move(c));
     for (Case& c : mamba3TrainingCases()) training.push_back(std::move(c));
     // ---- graphs: the inference stages of a decode step, recorded and replayed (capabilities().graphs) ----
     const std::vector<Case> inference = {

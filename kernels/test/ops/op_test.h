@@ -151,6 +151,14 @@ std::vector<Case> allCases();
 /** The Mamba-3 cases (op_cases_mamba3.cpp), and the training ops among them that get determinism cases. */
 std::vector<Case> mamba3Cases();
 std::vector<Case> mamba3TrainingCases();
+/** The token sampler's cases (op_cases_sampling.cpp). */
+std::vector<Case> samplingCases();
+}  // namespace optest
+namespace mamba::sampling { struct RowParams; }
+namespace optest {
+/** The plain reference sampler of one row (op_cases_sampling.cpp); also the reference backend's op. */
+int32_t referenceSampleRow(const float* x, int vocab, const mamba::sampling::RowParams& rp, uint64_t& rng,
+                           uint32_t* seen, int32_t& errIndex);
 
 /** Checks of the references themselves (central differences), no backend involved (reference.cpp). */
 struct SelfCheck {

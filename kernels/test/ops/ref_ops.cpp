@@ -3,6 +3,7 @@
 // a straightforward f32 implementation of ops.h — independently of the real backends.
 #include "op_test.h"
 #include "core/errors.h"
+#include "core/sampling.h"
 
 #include <algorithm>
 #include <cmath>
@@ -574,6 +575,12 @@ public:
     void embedBackward(const EmbedBackwardArgs& a) override {
         for (int64_t r = 0; r < a.rows; ++r)
             for (int j = 0; j < a.d; ++j) a.dtable[static_cast<int64_t>(a.ids[r]) * a.d + j] += a.dx[r * a.ldx + j];
+    }
+    void sampleTokens(const SampleArgs& a) override {
+        const auto* prm = static_cast<const sampling::RowParams*>(a.params);
+        for (int b = 0; b < a.batch; ++b)
+            a.out[b] = referenceSampleRow(a.logits + b * a.ld, a.vocab, prm[b], a.rng[b], a.seen + b * a.seen_words,
+                                          a.err_index[b]);
     }
 };
 

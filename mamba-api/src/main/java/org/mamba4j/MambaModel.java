@@ -285,6 +285,47 @@ public final class MambaModel implements AutoCloseable {
         guard.run(() -> peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length), state.guard());
     }
 
+    /**
+     * A sampler of {@code batch} rows in this model's device memory, sampling the first {@code vocab} logits of each
+     * row ({@code vocab <= vocabSize()}, e.g. the real vocabulary of a padded one). See {@link DeviceSampler}.
+     */
+    public DeviceSampler newSampler(int batch, int vocab) {
+        requireVocab();
+        Checks.positive("batch", batch);
+        if (vocab < 1 || vocab > vocabSize)
+            throw new IllegalArgumentException("vocab = " + vocab + " must be in [1, " + vocabSize + "]");
+        return guard.get(() -> new DeviceSampler(this, new org.mamba4j.nativ.Sampler(peer, batch, vocab)));
+    }
+
+    /**
+     * {@link #stepTokens} followed by sampling each row's next token on this model's device with {@code sampler}:
+     * ids [B] in, the sampled ids [B] into {@code next}; the logits never leave the device. Each sampled id joins its
+     * row's history in the sampler. {@code ids} and {@code next} may be the same array.
+     *
+     * @throws MambaException when a row's logits hold NaN or +Infinity, or only -Infinity (the state has stepped)
+     */
+    public void stepTokensSample(MambaState state, DeviceSampler sampler, int[] ids, int[] next) {
+        prefillTokensSample(state, sampler, ids, 1, next);
+    }
+
+    /** {@link #prefillTokens} of ids [B, steps] (state carried), then the first token of each row sampled into next [B]. */
+    public void prefillTokensSample(MambaState state, DeviceSampler sampler, int[] ids, int steps, int[] next) {
+        checkState(state);
+        requireVocab();
+        Objects.requireNonNull(sampler, "sampler");
+        Objects.requireNonNull(ids, "ids");
+        Objects.requireNonNull(next, "next");
+        if (sampler.model() != this) throw new IllegalArgumentException("the sampler belongs to another model");
+        if (sampler.batch() != state.batch())
+            throw new IllegalArgumentException("the sampler has " + sampler.batch() + " rows but the state " + state.batch());
+        Checks.positive("steps", steps);
+        Checks.length("ids", ids.length, (long) state.batch() * steps);
+        Checks.length("next", next.length, state.batch());
+        int[] in = ids == next ? ids.clone() : ids;  // one array may be both (JNI copies each argument separately)
+        guard.run(() -> peer.prefillTokensSample(state.peer(), sampler.peer(), in, in.length, steps, next, next.length),
+                state.guard(), sampler.guard());
+    }
+
     /** Every position's logits [B, T, vocab] from a zero state (state null) or carrying a state of B rows. */
     public float[] forwardTokens(MambaState state, int[] ids, int batch, int steps) {
         requireVocab();

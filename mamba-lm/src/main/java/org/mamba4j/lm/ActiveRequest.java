@@ -20,6 +20,7 @@ final class ActiveRequest {
     private final StopStrings stops;                // null without stop strings
 
     int slot = -1;        // row of the pool state, -1 while waiting
+    boolean onDevice;     // decodes with the generator's DeviceSampler (its row configured after the first token)
     int prefilled;        // prompt tokens consumed so far
     float[] parked;       // the state row between two prefill chunks, null before the first and after the last
 
@@ -51,7 +52,18 @@ final class ActiveRequest {
     void sample(float[] logits, int offset, int vocab) {
         try {
             if (handle.logitsLog != null) handle.logitsLog.add(Arrays.copyOfRange(logits, offset, offset + vocab));
-            int tok = sampler.next(logits, offset, vocab, history, prompt.length + generated);
+            accept(sampler.next(logits, offset, vocab, history, prompt.length + generated));
+        } catch (RuntimeException e) {
+            error = e;
+        }
+    }
+
+    /**
+     * Takes {@code tok} as the next token (sampled here or on the device), decodes its text and decides whether the
+     * request is finished. Never throws: a failure is kept in {@link #error}.
+     */
+    void accept(int tok) {
+        try {
             history[prompt.length + generated++] = tok;
             lastToken = tok;
             boolean stopToken = sampling.isStopToken(tok);
@@ -68,6 +80,12 @@ final class ActiveRequest {
             error = e;
         }
     }
+
+    /** The host sampler's random state (to continue the stream on the device). */
+    long randomState() { return sampler.randomState(); }
+
+    /** The prompt and the tokens generated so far (the repetition penalty's history). */
+    int[] historySoFar() { return Arrays.copyOf(history, prompt.length + generated); }
 
     /** The input of the next decode step: the token just sampled. */
     int nextInput() { return lastToken; }

@@ -16,6 +16,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
+import org.mamba4j.MambaException;
 import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
 
@@ -48,6 +49,9 @@ import org.mamba4j.MambaState;
  * give alone. With {@link org.mamba4j.GemmMode#DETERMINISTIC} they are the same bit for bit, because the logits are:
  * in that mode a row's products do not depend on the batch, and a prefill split into chunks equals one prefill.
  * In the other modes, batched products may differ from a lone run in the last bits, which can flip a near tie.
+ * Decode steps sample on the model's device by default ({@link Builder#deviceSampling}): the request's row of a
+ * {@link org.mamba4j.DeviceSampler} continues its sampler's random stream with the same history, and the device
+ * follows TokenSampler's rule bit for bit, so the tokens are the same; only token ids cross to the host.
  *
  * <p><b>Threads.</b> {@link #submit} may be called from any thread. Listeners run on the engine thread (keep them
  * short); {@link GenerationHandle#iterator()} streams on the caller's thread. Other users of the same {@code
@@ -82,8 +86,9 @@ public final class Generator implements AutoCloseable {
     private final BatchPrefill prefill;
     private final ExecutorService samplingPool;  // null: sample on the engine thread
     private final int samplingThreads;
-    private final int[] stepIds;
+    private final int[] stepIds, stepNext;
     private final float[] stepLogits;
+    private final org.mamba4j.DeviceSampler sampler;  // null: every decode step samples on the host
 
     private volatile int activeCount;    // requests holding a slot (prefilling or decoding), for observers
 
@@ -104,8 +109,10 @@ public final class Generator implements AutoCloseable {
         this.paddedVocab = model.vocabSize();
         this.bySlot = new ActiveRequest[slots];
         this.stepIds = new int[slots];
+        this.stepNext = new int[slots];
         this.stepLogits = new float[Math.multiplyExact(slots, paddedVocab)];
         this.pool = model.newState(slots);
+        this.sampler = b.deviceSampling ? model.newSampler(slots, lm.vocabSize()) : null;
         this.prefill = new BatchPrefill(model, b.prefillBatch);
         this.samplingThreads = b.samplingThreads;
         this.samplingPool = samplingThreads > 1 ? Executors.newFixedThreadPool(samplingThreads, r -> {
@@ -327,6 +334,17 @@ public final class Generator implements AutoCloseable {
     /** The first token, from the prompt's last logits; the request then decodes from its slot. */
     private void firstToken(ActiveRequest r, float[] logits, int offset) {
         r.sample(logits, offset, lm.vocabSize());
+        if (sampler != null && !logLogits && r.error == null && r.finish == null) {
+            // The device row continues the host sampler's stream with the same history: the same tokens follow.
+            Sampling s = r.sampling;
+            try {
+                sampler.setRow(r.slot, s.temperature(), s.topK(), s.topP(), s.minP(), s.repetitionPenalty(),
+                        r.randomState(), r.historySoFar());
+                r.onDevice = true;
+            } catch (RuntimeException e) {
+                r.error = e;
+            }
+        }
         emit(r);
     }
 
@@ -340,8 +358,28 @@ public final class Generator implements AutoCloseable {
             if (decodes) decoding.add(r);
         }
         if (decoding.isEmpty()) return;
-        model.stepTokens(pool, stepIds, stepLogits);
-        sampleAll(decoding);
+        List<ActiveRequest> host = new ArrayList<>();
+        for (ActiveRequest r : decoding) if (!r.onDevice) host.add(r);
+        if (host.isEmpty()) {
+            // Only token ids cross: the step and the sampling run on the device (one graph on CUDA with graphs on).
+            try {
+                model.stepTokensSample(pool, sampler, stepIds, stepNext);
+                for (ActiveRequest r : decoding) r.accept(stepNext[r.slot]);
+            } catch (MambaException e) {  // a row's logits were NaN/+Inf: the rows cannot be told apart any more
+                for (ActiveRequest r : decoding) r.error = e;
+            }
+        } else {
+            model.stepTokens(pool, stepIds, stepLogits);
+            sampleAll(host);
+            if (host.size() < decoding.size()) {
+                try {
+                    int[] ids = sampler.sample(stepLogits, paddedVocab);
+                    for (ActiveRequest r : decoding) if (r.onDevice) r.accept(ids[r.slot]);
+                } catch (MambaException e) {
+                    for (ActiveRequest r : decoding) if (r.onDevice) r.error = e;
+                }
+            }
+        }
         for (ActiveRequest r : decoding) emit(r);
     }
 
@@ -432,6 +470,7 @@ public final class Generator implements AutoCloseable {
         try {
             prefill.close();
             pool.close();
+            if (sampler != null) sampler.close();
         } catch (RuntimeException e) {
             LOG.log(System.Logger.Level.DEBUG, "closing the generator's states: " + e);
         }
@@ -482,6 +521,7 @@ public final class Generator implements AutoCloseable {
         private int maxNewTokens = 4096;
         private int maxQueued = 1024;
         private int samplingThreads = Math.max(1, Math.min(4, Runtime.getRuntime().availableProcessors() / 2));
+        private boolean deviceSampling = true;
 
         private Builder(MambaLM lm) {
             this.lm = Objects.requireNonNull(lm, "lm");
@@ -511,8 +551,19 @@ public final class Generator implements AutoCloseable {
         /** Submissions beyond this many requests waiting for a slot are refused (default 1024). */
         public Builder maxQueued(int n) { maxQueued = positive("maxQueued", n); return this; }
 
-        /** Threads that sample the decoding requests' next tokens (default: half the processors, 1 to 4). */
+        /**
+         * Threads that sample the decoding requests' next tokens on the host (default: half the processors, 1 to 4):
+         * used with {@code deviceSampling(false)} and for each request's first token.
+         */
         public Builder samplingThreads(int n) { samplingThreads = positive("samplingThreads", n); return this; }
+
+        /**
+         * Whether decode steps sample on the model's device (default true): only token ids cross, and the tokens are
+         * those of host sampling (the same rule and arithmetic, {@link TokenSampler}). The first token of each request
+         * is sampled on the host from its prefill's logits either way. A NaN/+Inf row then fails every request of that
+         * step (the host path fails only its own request).
+         */
+        public Builder deviceSampling(boolean on) { deviceSampling = on; return this; }
 
         /** Starts the engine thread. */
         public Generator build() {

@@ -33,6 +33,7 @@ public final class MambaLM implements AutoCloseable {
     private final MambaModel model;
     private final Tokenizer tokenizer;  // null when the folder has no tokenizer.json
     private final int vocabSize;        // the real vocabulary; logits beyond it (padding rows) are ignored
+    private volatile boolean deviceSampling = true;
 
     /** Wraps a language model (vocabSize > 0); {@code vocabSize} ≤ its padded vocabulary; tokenizer may be null. */
     public MambaLM(MambaModel model, int vocabSize, Tokenizer tokenizer) {
@@ -113,54 +114,229 @@ public final class MambaLM implements AutoCloseable {
     }
 
     /**
-     * Generates for several prompts at once: each prompt is prefilled on its own, then all rows decode
-     * together with independent samplers (seeded by {@code sampling.seed()}), so each row follows the same
-     * trajectory as generating it alone (up to float rounding of batched products). A row stops at a stop
-     * token or after maxNewTokens; returns each row's new tokens.
+     * Generates for several prompts at once: prompts of equal length are prefilled together in one pass (all of
+     * them in the decode state itself when every prompt has the same length), then all rows decode together with
+     * independent random streams (each seeded by {@code sampling.seed()}), so each row follows the same trajectory
+     * as generating it alone (up to float rounding of batched products). A row stops at a stop token or after
+     * maxNewTokens; returns each row's new tokens.
+     *
+     * <p>With {@link #deviceSampling()} on (the default), tokens are sampled by libmamba on the model's device
+     * ({@link org.mamba4j.DeviceSampler}): each step moves only token ids between host and device, and on CUDA with
+     * graphs the step and the sampling replay as one graph. The tokens are those {@link TokenSampler} would choose
+     * from the same logits (the same rule and arithmetic), so switching it off changes nothing but the speed.
      */
     public int[][] generate(int[][] prompts, Sampling sampling, TokenListener listener) {
         Objects.requireNonNull(sampling, "sampling");
         Objects.requireNonNull(listener, "listener");
+        Objects.requireNonNull(prompts, "prompts");
         int B = prompts.length;
         if (B == 0) throw new IllegalArgumentException("no prompts");
         for (int[] p : prompts) requirePrompt(p);
-        int V = model.vocabSize(), maxNew = sampling.maxNewTokens();
-        int[][] out = new int[B][];
+        int maxNew = sampling.maxNewTokens();
+        int[][] out = new int[B][maxNew];
         int[] lengths = new int[B];
-        int[][] history = new int[B][];
-        TokenSampler[] samplers = new TokenSampler[B];
         boolean[] done = new boolean[B];
-        float[] logits = new float[B * V];
-        try (MambaState state = model.newState(B); MambaState one = model.newState(1)) {
-            float[] rowLogits = new float[V];
-            for (int b = 0; b < B; b++) {  // prefill each prompt in one pass, then park its state in row b
-                one.reset();
-                model.prefillTokens(one, prompts[b], prompts[b].length, rowLogits);
-                state.writeRow(b, one.readRow(0));
-                System.arraycopy(rowLogits, 0, logits, b * V, V);
-                history[b] = Arrays.copyOf(prompts[b], prompts[b].length + maxNew);
-                samplers[b] = new TokenSampler(sampling);
-                out[b] = new int[maxNew];
-            }
-            int[] next = new int[B];
-            for (int step = 0; step < maxNew; step++) {
-                boolean any = false;
-                for (int b = 0; b < B; b++) {
-                    if (done[b]) continue;
-                    int tok = samplers[b].next(logits, b * V, vocabSize, history[b], prompts[b].length + lengths[b]);
-                    history[b][prompts[b].length + lengths[b]] = tok;
-                    out[b][lengths[b]++] = tok;
-                    listener.onToken(b, tok);
-                    next[b] = tok;
-                    if (sampling.isStopToken(tok) || lengths[b] == maxNew) done[b] = true;
-                    else any = true;
+        Session session = takeSession(B);
+        try {
+            MambaState state = session.state;
+            RowSampler rows = deviceSampling ? new DeviceRows(session.sampler(), prompts, sampling) : new HostRows(prompts, sampling);
+            try {
+                int[] next = rows.prefill(state, prompts);
+                for (int step = 0; ; step++) {
+                    boolean any = false;
+                    for (int b = 0; b < B; b++) {
+                        if (done[b]) continue;
+                        int tok = next[b];
+                        out[b][lengths[b]++] = tok;
+                        listener.onToken(b, tok);
+                        if (sampling.isStopToken(tok) || lengths[b] == maxNew) done[b] = true;
+                        else any = true;
+                    }
+                    if (!any || step + 1 == maxNew) break;
+                    next = rows.step(state, next, done);  // finished rows keep stepping their last token, ignored
                 }
-                if (!any) break;
-                model.stepTokens(state, next, logits);  // finished rows keep stepping their last token, ignored
+            } finally {
+                rows.close();
             }
+        } catch (RuntimeException | Error e) {
+            session.close();
+            throw e;
         }
+        giveBack(session);
         for (int b = 0; b < B; b++) out[b] = Arrays.copyOf(out[b], lengths[b]);
         return out;
+    }
+
+    /**
+     * The state (and device sampler) of the last generate call, kept for the next call of the same batch size: the
+     * same memory means CUDA graphs captured for it replay instead of being captured again each call. Concurrent
+     * calls each get their own (only one is kept).
+     */
+    private final class Session implements AutoCloseable {
+        final int batch;
+        final MambaState state;
+        private org.mamba4j.DeviceSampler sampler;
+
+        Session(int batch) {
+            this.batch = batch;
+            this.state = model.newState(batch);
+        }
+
+        org.mamba4j.DeviceSampler sampler() {
+            if (sampler == null) sampler = model.newSampler(batch, vocabSize);
+            return sampler;
+        }
+
+        @Override
+        public void close() {
+            state.close();
+            if (sampler != null) sampler.close();
+        }
+    }
+
+    private final java.util.concurrent.atomic.AtomicReference<Session> idle = new java.util.concurrent.atomic.AtomicReference<>();
+
+    private Session takeSession(int batch) {
+        Session s = idle.getAndSet(null);
+        if (s != null && s.batch == batch) {
+            s.state.reset();
+            return s;
+        }
+        if (s != null) s.close();
+        return new Session(batch);
+    }
+
+    private void giveBack(Session s) {
+        if (!idle.compareAndSet(null, s)) s.close();
+    }
+
+    /** Whether {@link #generate} samples on the model's device (default true). */
+    public boolean deviceSampling() { return deviceSampling; }
+
+    /**
+     * Samples on the model's device (true, the default) or on the host with {@link TokenSampler} (false: every step
+     * copies all logits to the host). Both give the same tokens; the host path exists for comparison and debugging.
+     * Affects later {@link #generate} calls.
+     */
+    public void setDeviceSampling(boolean on) { deviceSampling = on; }
+
+    /**
+     * Prefill and one decode step of every row of a generate call, returning the next token of each row. Prompts
+     * are grouped by length; one group holding every prompt is prefilled in the decode state itself, others in a
+     * scratch state whose rows are then copied into place.
+     */
+    private abstract class RowSampler implements AutoCloseable {
+        /** Prefills every prompt into {@code state} and returns each row's first token. */
+        int[] prefill(MambaState state, int[][] prompts) {
+            int B = prompts.length, V = model.vocabSize();
+            java.util.Map<Integer, java.util.List<Integer>> byLength = new java.util.TreeMap<>();
+            for (int b = 0; b < B; b++) byLength.computeIfAbsent(prompts[b].length, k -> new java.util.ArrayList<>()).add(b);
+            if (byLength.size() == 1) {
+                int T = prompts[0].length;
+                int[] ids = new int[B * T];
+                for (int b = 0; b < B; b++) System.arraycopy(prompts[b], 0, ids, b * T, T);
+                return prefillAll(state, ids, T);
+            }
+            float[] logits = new float[B * V];
+            for (java.util.Map.Entry<Integer, java.util.List<Integer>> g : byLength.entrySet()) {
+                int T = g.getKey(), n = g.getValue().size();
+                int[] ids = new int[n * T];
+                for (int j = 0; j < n; j++) System.arraycopy(prompts[g.getValue().get(j)], 0, ids, j * T, T);
+                float[] groupLogits = new float[n * V];
+                try (MambaState scratch = model.newState(n)) {
+                    model.prefillTokens(scratch, ids, T, groupLogits);
+                    for (int j = 0; j < n; j++) {
+                        int b = g.getValue().get(j);
+                        state.writeRow(b, scratch.readRow(j));
+                        System.arraycopy(groupLogits, j * V, logits, b * V, V);
+                    }
+                }
+            }
+            return sampleHostLogits(logits);
+        }
+
+        /** Prefills ids [B, T] in the decode state and samples each row's first token. */
+        abstract int[] prefillAll(MambaState state, int[] ids, int T);
+        /** Samples every row from host logits [B, paddedVocab] (the first token after a grouped prefill). */
+        abstract int[] sampleHostLogits(float[] logits);
+        /** One decode step of every row on {@code ids}; returns the next tokens (entries of done rows are ignored). */
+        abstract int[] step(MambaState state, int[] ids, boolean[] done);
+        @Override public void close() {}
+    }
+
+    /** Sampling on the model's device: only token ids cross. */
+    private final class DeviceRows extends RowSampler {
+        private final org.mamba4j.DeviceSampler sampler;
+        private final int[] next;
+
+        DeviceRows(org.mamba4j.DeviceSampler sampler, int[][] prompts, Sampling s) {
+            this.sampler = sampler;
+            for (int b = 0; b < prompts.length; b++)
+                sampler.setRow(b, s.temperature(), s.topK(), s.topP(), s.minP(), s.repetitionPenalty(), s.seed(), prompts[b]);
+            next = new int[prompts.length];
+        }
+
+        @Override int[] prefillAll(MambaState state, int[] ids, int T) {
+            model.prefillTokensSample(state, sampler, ids, T, next);
+            return next;
+        }
+
+        @Override int[] sampleHostLogits(float[] logits) { return sampler.sample(logits, model.vocabSize()); }
+
+        @Override int[] step(MambaState state, int[] ids, boolean[] done) {
+            model.stepTokensSample(state, sampler, ids, next);
+            return next;
+        }
+
+    }
+
+    /** Sampling on the host with one TokenSampler per row: every step copies all logits. */
+    private final class HostRows extends RowSampler {
+        private final TokenSampler[] samplers;
+        private final int[][] history;
+        private final int[] historyLength;
+        private final int[] next;
+        private float[] logits;
+
+        HostRows(int[][] prompts, Sampling s) {
+            int B = prompts.length;
+            samplers = new TokenSampler[B];
+            history = new int[B][];
+            historyLength = new int[B];
+            for (int b = 0; b < B; b++) {
+                samplers[b] = new TokenSampler(s);
+                history[b] = Arrays.copyOf(prompts[b], prompts[b].length + s.maxNewTokens());
+                historyLength[b] = prompts[b].length;
+            }
+            next = new int[B];
+        }
+
+        @Override int[] prefillAll(MambaState state, int[] ids, int T) {
+            logits = new float[next.length * model.vocabSize()];
+            model.prefillTokens(state, ids, T, logits);
+            return sampleRows(null);
+        }
+
+        @Override int[] sampleHostLogits(float[] l) {
+            logits = l;
+            return sampleRows(null);
+        }
+
+        @Override int[] step(MambaState state, int[] ids, boolean[] done) {
+            model.stepTokens(state, ids, logits);
+            return sampleRows(done);
+        }
+
+        private int[] sampleRows(boolean[] done) {
+            int V = model.vocabSize();
+            for (int b = 0; b < next.length; b++) {
+                if (done != null && done[b]) continue;
+                int tok = samplers[b].next(logits, b * V, vocabSize, history[b], historyLength[b]);
+                if (historyLength[b] < history[b].length) history[b][historyLength[b]++] = tok;
+                next[b] = tok;
+            }
+            return next;
+        }
     }
 
     /**
@@ -197,6 +373,8 @@ public final class MambaLM implements AutoCloseable {
     /** Frees the model and the tokenizer. */
     @Override
     public void close() {
+        Session s = idle.getAndSet(null);
+        if (s != null) s.close();
         model.close();
         if (tokenizer != null) tokenizer.close();
     }

@@ -26,7 +26,8 @@ import org.mamba4j.InvalidConfigException;
  * silently drop every other setting.
  *
  * <p>The seed defaults to 0, so generation is reproducible unless a seed is set; the same settings and
- * seed give the same tokens on every JVM (see {@link TokenSampler}).
+ * seed give the same tokens on every JVM and on every device: {@link MambaLM#generate} and the {@link Generator}
+ * sample on the model's device with libmamba's sampler, which follows {@link TokenSampler}'s rule bit for bit.
  */
 public final class Sampling {
 

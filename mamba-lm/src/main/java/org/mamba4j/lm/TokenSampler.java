@@ -2,7 +2,6 @@ package org.mamba4j.lm;
 
 import java.util.Arrays;
 import java.util.Objects;
-import java.util.SplittableRandom;
 import org.mamba4j.MambaException;
 
 /**
@@ -10,10 +9,12 @@ import org.mamba4j.MambaException;
  *
  * <p>Use one sampler per generated sequence: each owns its random stream, so the rows of a batch
  * sample independently and a row gives the same tokens as generating that sequence alone with a
- * sampler built the same way. The stream is {@link SplittableRandom}, whose algorithm is fixed by
- * the Java specification, and the arithmetic is reproducible too ({@link StrictMath#exp} and
- * Java 17's strict floating point, summed in a fixed order), so a seed gives the same tokens on every
- * JVM and platform. Greedy steps draw nothing; every sampled step draws exactly one {@code double}.
+ * sampler built the same way. The stream is {@link java.util.SplittableRandom}'s (SplitMix64, fixed by the
+ * Java specification, reimplemented here so that its state can be handed to the device: {@link #randomState()}),
+ * and the arithmetic is exact IEEE-754 in a fixed order with no library functions, so a seed gives the same tokens
+ * on every JVM and platform <em>and</em> in libmamba's native sampler (CPU and CUDA, {@link
+ * org.mamba4j.DeviceSampler}), which follows the same rule with the same bits. Greedy steps draw nothing; every
+ * sampled step draws exactly one {@code double}.
  *
  * <h2>Order of operations</h2>
  *
@@ -23,38 +24,55 @@ import org.mamba4j.MambaException;
  *   <li>Repetition penalty over the distinct tokens of {@code history}: a logit {@code < 0} is
  *       multiplied by the penalty, any other divided by it (float arithmetic, like PyTorch).
  *   <li>Temperature 0: return the argmax (ties go to the lowest id). Nothing below happens.
- *   <li>Temperature: logits are divided by it. (It is folded into the softmax as {@code exp((l -
- *       max) / T)}, which never overflows and ranks tokens exactly as {@code l / T} would.)
+ *   <li>Temperature: the weight of a token is {@code exp64((l - max) / T)} in double, which never overflows and
+ *       ranks tokens exactly as {@code l / T} would; {@code exp64} is e<sup>d</sup> from + − × only (Cody–Waite
+ *       reduction, degree-13 Taylor polynomial, relative error below 4e-16; 0 below d = −708), evaluated in the
+ *       same order by every implementation.
  *   <li>Top-k: keep the {@code k} largest logits; tokens tied with the k-th are kept as well.
- *   <li>Softmax in double over the survivors.
- *   <li>Top-p: keep the smallest set of most probable tokens whose cumulative probability is at
- *       least {@code p}; the most probable token is always kept.
- *   <li>Min-p: drop tokens whose probability is below {@code minP} times the largest probability.
- *   <li>Renormalise and draw one uniform double to pick the token.
+ *   <li>Top-p: order the kept tokens by logit (descending), ties by id (ascending); add {@code weight / norm} one
+ *       token at a time in that order, where {@code norm} is the sum of the kept weights; the token at which the
+ *       running sum first reaches {@code p} is the last one kept (it may split a group of tied logits, the lower ids
+ *       staying). The most probable token is always kept. If rounding keeps the sum below {@code p}, all stay.
+ *   <li>Min-p: drop tokens whose weight is below {@code minP} times the largest weight (which is 1).
+ *   <li>Draw {@code u = nextDouble() · total} and descend the tree of sums (below) to the token.
  * </ol>
  *
- * <p>Cost: O(V) when top-k and top-p are off; otherwise the candidates are sorted by a primitive
- * sort of packed {@code long} keys (no boxing), first only those within a factor 1e-4 of the most
- * likely token, widening only when that set cannot decide the result, so O(V log V) at worst.
- * Scratch arrays are allocated on first use (and again only if a larger vocabulary shows up) and
- * reused afterwards; the logits passed in are never modified.
+ * <p><b>Sums.</b> Every sum over tokens ({@code norm}, {@code total}) is the pairwise tree over token ids: the
+ * weights zero-padded to a power of two, each node the sum of its two children (tiles of 1024 ids, then a tree over
+ * the tiles — the same tree). The draw descends it from the root with {@code acc = 0}: at a node whose children
+ * hold {@code L} and {@code R}, it goes right (adding {@code L} to {@code acc}) exactly when {@code R > 0} and
+ * ({@code L == 0} or {@code u >= acc + L}); the leaf reached is the token. A parallel device computes exactly these
+ * sums, so it reaches the same leaf.
  *
- * <p>Logits that are NaN or +Infinity throw {@link MambaException}; -Infinity marks a banned token.
+ * <p>Cost: O(V) when top-k and top-p are off; otherwise the candidates are sorted by a primitive
+ * sort of packed {@code long} keys (no boxing), first only the tokens within a factor 1e-4 of the most
+ * likely one, widening only when that set cannot decide the result (it is always a prefix of the full order, so
+ * the result is the same), so O(V log V) at worst. Scratch arrays are allocated on first use (and again only if a
+ * larger vocabulary shows up) and reused afterwards; the logits passed in are never modified.
+ *
+ * <p>Logits that are NaN or +Infinity throw {@link MambaException} (the lowest such token is named); -Infinity
+ * marks a banned token.
  *
  * <p>Not thread-safe: one sampler belongs to one sequence on one thread at a time.
  */
 public final class TokenSampler {
 
-    /** Ratios to the most likely token's weight tried, in turn, as the first cut before sorting. */
-    private static final double[] CUTS = {1e-4, 1e-12, 0.0};
+    /** Leaves per tile of the pairwise tree (libmamba's sampling::kTile). */
+    static final int TILE = 1024;
+    /** Ratios to the most likely token's weight that bound the candidate tiers tried before sorting everything. */
+    private static final double[] CUTS = {1e-4, 1e-12};
+    private static final long GOLDEN_GAMMA = 0x9e3779b97f4a7c15L;
 
     private final Sampling sampling;
     private final long seed;
-    private final SplittableRandom random;
+    private long state;  // SplittableRandom's seed field
 
     private float[] work = new float[0];
     private double[] weight = new double[0];
+    private double[] kept = new double[0];
     private long[] order = new long[0];
+    private double[] top = new double[0];
+    private final double[] tile = new double[2 * TILE];
     private int[] seen = new int[0];
     private int stamp;
 
@@ -71,7 +89,7 @@ public final class TokenSampler {
     public TokenSampler(Sampling sampling, long seed) {
         this.sampling = Objects.requireNonNull(sampling, "sampling");
         this.seed = seed;
-        this.random = new SplittableRandom(seed);
+        this.state = seed;
     }
 
     /**
@@ -86,6 +104,20 @@ public final class TokenSampler {
         z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
         z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
         return z ^ (z >>> 31);
+    }
+
+    /** {@code SplittableRandom.nextDouble()}: the same stream as {@code new SplittableRandom(seed)}. */
+    private double nextDouble() {
+        state += GOLDEN_GAMMA;
+        return (mix64(state) >>> 11) * 0x1.0p-53;
+    }
+
+    /**
+     * The random stream's state: SplittableRandom's seed field, {@code seed + draws · 0x9e3779b97f4a7c15}. A
+     * {@link org.mamba4j.DeviceSampler} row with this state continues the stream.
+     */
+    public long randomState() {
+        return state;
     }
 
     /** The settings this sampler follows. */
@@ -175,82 +207,79 @@ public final class TokenSampler {
         }
 
         double temperature = sampling.temperature();
-        double minP = sampling.minP();
         double[] p = weight;
-        double total = 0.0;
         for (int i = 0; i < vocab; i++) {
             float x = w[i];
-            double e = x == Float.NEGATIVE_INFINITY ? 0.0 : StrictMath.exp((x - (double) bestValue) / temperature);
-            p[i] = e;
-            total += e;
+            p[i] = x == Float.NEGATIVE_INFINITY ? 0.0 : exp64((x - (double) bestValue) / temperature);
         }
 
         int topK = sampling.topK();
         double topP = sampling.topP();
         boolean kActive = topK > 0 && topK < finite;
-        if (!kActive && topP >= 1.0) {
-            // No ordering needed: min-p is a plain threshold on the weight relative to the maximum (1).
-            if (minP > 0.0) {
-                total = 0.0;
-                for (int i = 0; i < vocab; i++) {
-                    if (p[i] < minP) {
-                        p[i] = 0.0;
-                    }
-                    total += p[i];
+        double[] q = p;
+        if (kActive || topP < 1.0) {
+            q = keepOrdered(w, p, vocab, bestValue, temperature, kActive, topK, topP);
+        }
+        double minP = sampling.minP();
+        if (minP > 0.0) {
+            for (int i = 0; i < vocab; i++) {
+                if (q[i] < minP) {
+                    q[i] = 0.0;
                 }
             }
-            return draw(p, vocab, total, best);
         }
-        return sampleSorted(w, p, vocab, finite, total, kActive, topK, topP, minP);
+        return draw(q, vocab);
     }
 
-    private int sampleSorted(
-            float[] w,
-            double[] p,
-            int vocab,
-            int finite,
-            double totalAll,
-            boolean kActive,
-            int topK,
-            double topP,
-            double minP) {
+    /**
+     * Top-k and top-p: the weights of the kept tokens (others 0), in {@code kept}. Tiers of candidates (every finite
+     * token with a logit at least the tier's cut value) are prefixes of the full order, so the first tier that can
+     * decide gives the result sorting every token would.
+     */
+    private double[] keepOrdered(float[] w, double[] p, int vocab, float max, double temperature, boolean kActive,
+                                 int topK, double topP) {
         if (order.length < vocab) {
             order = new long[vocab];
         }
         long[] keys = order;
-        for (double cut : CUTS) {
+        double[] q = kept;
+        boolean normKnown = false;
+        double norm = 0.0;
+        for (int tier = 0; tier <= CUTS.length; tier++) {
+            float cutValue = tier < CUTS.length ? (float) (max + temperature * Math.log(CUTS[tier])) : Float.NEGATIVE_INFINITY;
             int n = 0;
+            int positiveOutside = 0;
             for (int i = 0; i < vocab; i++) {
-                if (cut > 0.0 ? p[i] >= cut : w[i] > Float.NEGATIVE_INFINITY) {
+                if (!(w[i] > Float.NEGATIVE_INFINITY)) {
+                    continue;
+                }
+                if (w[i] >= cutValue) {
                     keys[n++] = packDescending(w[i], i);
+                } else if (p[i] > 0.0) {
+                    positiveOutside++;
                 }
             }
-            if (kActive && n < topK && cut > 0.0) {
-                continue; // the top-k set reaches below this cut
+            if (kActive && n < topK && tier < CUTS.length) {
+                continue; // the top-k set reaches below this tier
             }
             Arrays.sort(keys, 0, n);
-
-            int keep;
-            double norm;
-            boolean complete;
+            int keep = n;
+            float kth = Float.NEGATIVE_INFINITY;
             if (kActive) {
-                float kth = w[(int) keys[topK - 1]];
+                kth = w[(int) keys[topK - 1]];
                 keep = topK;
                 while (keep < n && w[(int) keys[keep]] == kth) {
                     keep++;
                 }
-                norm = 0.0;
-                for (int j = 0; j < keep; j++) {
-                    norm += p[(int) keys[j]];
-                }
-                complete = true;
-            } else {
-                keep = n;
-                norm = totalAll;
-                complete = n == finite;
             }
-
             if (topP < 1.0) {
+                if (!normKnown) {
+                    for (int i = 0; i < vocab; i++) {
+                        q[i] = w[i] < kth ? 0.0 : p[i];
+                    }
+                    norm = treeSum(q, vocab);
+                    normKnown = true;
+                }
                 double cumulative = 0.0;
                 boolean reached = false;
                 for (int j = 0; j < keep; j++) {
@@ -261,49 +290,109 @@ public final class TokenSampler {
                         break;
                     }
                 }
-                if (!reached && !complete) {
-                    continue; // the nucleus reaches below this cut
+                if (!reached && !kActive && positiveOutside > 0) {
+                    continue; // the nucleus reaches below this tier
                 }
             }
-
-            if (minP > 0.0) {
-                while (keep > 1 && p[(int) keys[keep - 1]] < minP) {
-                    keep--;
-                }
-            }
-
-            double total = 0.0;
+            Arrays.fill(q, 0, vocab, 0.0);
             for (int j = 0; j < keep; j++) {
-                total += p[(int) keys[j]];
+                int id = (int) keys[j];
+                q[id] = p[id];
             }
-            double u = random.nextDouble() * total;
-            double acc = 0.0;
-            for (int j = 0; j < keep; j++) {
-                acc += p[(int) keys[j]];
-                if (u < acc) {
-                    return (int) keys[j];
-                }
-            }
-            return (int) keys[keep - 1];
+            return q;
         }
-        throw new AssertionError("the last cut keeps every finite logit");
+        throw new AssertionError("the last tier holds every finite logit");
     }
 
-    private int draw(double[] p, int vocab, double total, int fallback) {
-        double u = random.nextDouble() * total;
-        double acc = 0.0;
-        int last = fallback;
-        for (int i = 0; i < vocab; i++) {
-            double e = p[i];
-            if (e > 0.0) {
-                acc += e;
-                last = i;
-                if (u < acc) {
-                    return i;
-                }
+    /** The pairwise tree over w[0, vocab): tile roots into top's leaves, then the tree over tiles; the total. */
+    private double treeSum(double[] v, int vocab) {
+        int tiles = (vocab + TILE - 1) / TILE;
+        int tiles2 = tilesPow2(vocab);
+        if (top.length < 2 * tiles2) {
+            top = new double[2 * tiles2];
+        }
+        double[] t = top;
+        Arrays.fill(t, tiles2, 2 * tiles2, 0.0);
+        for (int k = 0; k < tiles; k++) {
+            t[tiles2 + k] = buildTile(v, k * TILE, vocab);
+        }
+        for (int k = tiles2 - 1; k >= 1; k--) {
+            t[k] = t[2 * k] + t[2 * k + 1];
+        }
+        return t[1];
+    }
+
+    private int tilesPow2(int vocab) {
+        int tiles = (vocab + TILE - 1) / TILE;
+        int p2 = 1;
+        while (p2 < tiles) {
+            p2 <<= 1;
+        }
+        return p2;
+    }
+
+    /** Builds the heap of one tile (leaves at [TILE, 2 TILE), zero past vocab) in {@code tile}; returns its root. */
+    private double buildTile(double[] v, int start, int vocab) {
+        double[] h = tile;
+        for (int j = 0; j < TILE; j++) {
+            int i = start + j;
+            h[TILE + j] = i < vocab ? v[i] : 0.0;
+        }
+        for (int k = TILE - 1; k >= 1; k--) {
+            h[k] = h[2 * k] + h[2 * k + 1];
+        }
+        return h[1];
+    }
+
+    /** u = nextDouble() · total, then the descent of the tree (class Javadoc). */
+    private int draw(double[] q, int vocab) {
+        double total = treeSum(q, vocab);
+        int tiles2 = tilesPow2(vocab);
+        double u = nextDouble() * total;
+        double[] acc = {0.0};
+        int t = descend(top, tiles2, u, acc);
+        buildTile(q, t * TILE, vocab);
+        return t * TILE + descend(tile, TILE, u, acc);
+    }
+
+    private static int descend(double[] heap, int leaves, double u, double[] acc) {
+        int k = 1;
+        while (k < leaves) {
+            double left = heap[2 * k];
+            double right = heap[2 * k + 1];
+            if (right > 0.0 && (left == 0.0 || u >= acc[0] + left)) {
+                acc[0] = acc[0] + left;
+                k = 2 * k + 1;
+            } else {
+                k = 2 * k;
             }
         }
-        return last; // rounding left u at the very top
+        return k - leaves;
+    }
+
+    // exp64 (libmamba's sampling::exp64): the same constants, the same order of + − ×.
+    private static final double INV_LN2 = 0x1.71547652b82fep+0;
+    private static final double LN2_HI = 0x1.62e42fee00000p-1;
+    private static final double LN2_LO = 0x1.a39ef35793c76p-33;
+    private static final double[] EXP_COEFF = {
+        0x1.0000000000000p+0, 0x1.0000000000000p+0, 0x1.0000000000000p-1, 0x1.5555555555555p-3,
+        0x1.5555555555555p-5, 0x1.1111111111111p-7, 0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-13,
+        0x1.a01a01a01a01ap-16, 0x1.71de3a556c734p-19, 0x1.27e4fb7789f5cp-22, 0x1.ae64567f544e4p-26,
+        0x1.1eed8eff8d898p-29, 0x1.6124613a86d09p-33
+    };
+
+    /** e<sup>d</sup> for d ≤ 0 from + − × only; 0 below −708 (see the class Javadoc). */
+    static double exp64(double d) {
+        if (!(d >= -708.0)) {
+            return 0.0;
+        }
+        double kd = Math.floor(d * INV_LN2 + 0.5);
+        double r = (d - kd * LN2_HI) - kd * LN2_LO;
+        double s = EXP_COEFF[13];
+        for (int n = 12; n >= 0; n--) {
+            s = s * r + EXP_COEFF[n];
+        }
+        return s * Double.longBitsToDouble((long) ((int) kd + 1023) << 52);
     }
 
     private void applyRepetitionPenalty(float[] w, int vocab, int[] history, int length, float penalty) {
@@ -333,14 +422,15 @@ public final class TokenSampler {
         if (work.length < vocab) {
             work = new float[vocab];
             weight = new double[vocab];
+            kept = new double[vocab];
         }
     }
 
     /**
      * A key whose ascending {@code long} order is descending logit, then ascending token id; the low
-     * 32 bits are the token id.
+     * 32 bits are the token id (libmamba's sampling::packDescending).
      */
-    private static long packDescending(float value, int id) {
+    static long packDescending(float value, int id) {
         int bits = Float.floatToIntBits(value == 0f ? 0f : value); // -0 and +0 tie
         int ascending = bits ^ ((bits >> 31) & 0x7fffffff);
         return ((long) ~ascending << 32) | (id & 0xffffffffL);

@@ -97,9 +97,11 @@ class TokenSamplerTest {
 
     @Test
     void tokensAreTheSameOnEveryJvm() {
-        // SplittableRandom, java.util.Random, StrictMath and strict floating point are all specified
-        // bit for bit, so these constants must hold everywhere; change them only when the sampling
-        // algorithm changes on purpose.
+        // SplittableRandom's stream, java.util.Random and strict floating point are all specified bit for
+        // bit (and the sampler uses no library function: exp64 is + − × only), so these constants must hold
+        // everywhere — in libmamba's native sampler too (DeviceSamplerTest); change them only when the sampling
+        // algorithm changes on purpose. (Changed when the sums became the pairwise tree shared with the device
+        // sampler and the draw its descent in id order: the filtered case drew in sorted order before.)
         float[] small = {1f, 2f, 0.5f, -1f, 1.5f};
         assertArrayEquals(new int[] {4, 0, 1, 1, 0, 4, 1, 4, 1, 2, 1, 1},
                 drawMany(new TokenSampler(Sampling.ofTemperature(1.0).seed(42)), small, 12));
@@ -114,7 +116,7 @@ class TokenSamplerTest {
         for (int i = 0; i < got.length; i++) {
             got[i] = s.next(big, new int[] {1, 2, 3}, 3);
         }
-        assertArrayEquals(new int[] {672, 324, 830, 184, 909, 828, 909, 672, 324, 909, 324, 388}, got);
+        assertArrayEquals(new int[] {470, 10, 909, 672, 647, 324, 662, 388, 324, 470, 184, 939}, got);
     }
 
     /** The documented contract: one nextDouble per step, walked over token ids in order. */

@@ -22,7 +22,8 @@ public class mamba implements InfoMapper {
     public void map(InfoMap infoMap) {
         infoMap.put(new Info("MAMBA_API").cppTypes().annotations())
                 // Implementation handles stay on the C++ side.
-                .put(new Info("mamba::ModelImpl", "mamba::StateImpl", "mamba::Model::impl", "mamba::State::impl").skip())
+                .put(new Info("mamba::ModelImpl", "mamba::StateImpl", "mamba::SamplerImpl", "mamba::Model::impl", "mamba::State::impl",
+                        "mamba::Sampler::impl").skip())
                 .put(new Info("std::string").annotations("@StdString").valueTypes("BytePointer", "String")
                         .pointerTypes("BytePointer"));
     }
