@@ -33,7 +33,7 @@ public final class MambaLM implements AutoCloseable {
     private final MambaModel model;
     private final Tokenizer tokenizer;  // null when the folder has no tokenizer.json
     private final int vocabSize;        // the real vocabulary; logits beyond it (padding rows) are ignored
-    private volatile boolean deviceSampling = true;
+    private volatile boolean deviceSampling;
 
     /** Wraps a language model (vocabSize > 0); {@code vocabSize} ≤ its padded vocabulary; tokenizer may be null. */
     public MambaLM(MambaModel model, int vocabSize, Tokenizer tokenizer) {
@@ -43,6 +43,7 @@ public final class MambaLM implements AutoCloseable {
             throw new IllegalArgumentException("vocabSize = " + vocabSize + " must be in [1, " + model.vocabSize() + "]");
         this.vocabSize = vocabSize;
         this.tokenizer = tokenizer;
+        this.deviceSampling = deviceSamplingByDefault(model);
     }
 
     /**
@@ -120,7 +121,7 @@ public final class MambaLM implements AutoCloseable {
      * as generating it alone (up to float rounding of batched products). A row stops at a stop token or after
      * maxNewTokens; returns each row's new tokens.
      *
-     * <p>With {@link #deviceSampling()} on (the default), tokens are sampled by libmamba on the model's device
+     * <p>With {@link #deviceSampling()} on (the default on the CPU), tokens are sampled by libmamba on the model's device
      * ({@link org.mamba4j.DeviceSampler}): each step moves only token ids between host and device, and on CUDA with
      * graphs the step and the sampling replay as one graph. The tokens are those {@link TokenSampler} would choose
      * from the same logits (the same rule and arithmetic), so switching it off changes nothing but the speed.
@@ -210,12 +211,22 @@ public final class MambaLM implements AutoCloseable {
         if (!idle.compareAndSet(null, s)) s.close();
     }
 
-    /** Whether {@link #generate} samples on the model's device (default true). */
+    /** Whether {@link #generate} samples on the model's device (default: {@link #deviceSamplingByDefault}). */
     public boolean deviceSampling() { return deviceSampling; }
 
     /**
-     * Samples on the model's device (true, the default) or on the host with {@link TokenSampler} (false: every step
-     * copies all logits to the host). Both give the same tokens; the host path exists for comparison and debugging.
+     * The default of {@link #setDeviceSampling} (which {@link Generator.Builder#deviceSampling} follows): on for CPU models;
+     * off for CUDA models for now — the CUDA sampler is built and checked against the same rule by op cases and
+     * {@code DeviceSamplingGpuTest}, but those have not yet run on a GPU, and an unchecked kernel must not choose
+     * every user's tokens. Switch it on with {@code setDeviceSampling(true)}.
+     */
+    public static boolean deviceSamplingByDefault(MambaModel model) {
+        return model.device().isCpu();
+    }
+
+    /**
+     * Samples on the model's device (true) or on the host with {@link TokenSampler} (false: every step copies all
+     * logits to the host). Both give the same tokens; the host path exists for comparison and debugging.
      * Affects later {@link #generate} calls.
      */
     public void setDeviceSampling(boolean on) { deviceSampling = on; }
