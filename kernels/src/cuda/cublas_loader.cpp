@@ -2,9 +2,8 @@
 
 #include "core/errors.h"
 
-#include <dlfcn.h>
+#include "runtime_library.h"
 
-#include <mutex>
 #include <stdexcept>
 
 namespace mamba::cuda {
@@ -26,12 +25,6 @@ const char* statusName(int s) {
     }
 }
 
-template <typename F>
-void bind(void* lib, const std::string& file, const char* symbol, F*& fn) {
-    fn = reinterpret_cast<F*>(dlsym(lib, symbol));
-    if (!fn) throw std::runtime_error("cuBLAS: " + file + " has no symbol " + symbol);
-}
-
 CublasApi load() {
     CublasApi api{};
     void* lib = nullptr;
@@ -51,13 +44,13 @@ CublasApi load() {
             "). Fix: install cuBLAS (the CUDA toolkit, or NVIDIA's libcublas-13-0 package) and put its lib folder on "
             "LD_LIBRARY_PATH, or add org.bytedeco:cuda with classifier linux-x86_64-redist and call "
             "Loader.load(org.bytedeco.cuda.global.cublas.class) before using the GPU (docs/getting-started.md, 'GPU')");
-    bind(lib, api.library, "cublasCreate_v2", api.create);
-    bind(lib, api.library, "cublasDestroy_v2", api.destroy);
-    bind(lib, api.library, "cublasSetStream_v2", api.setStream);
-    bind(lib, api.library, "cublasSetMathMode", api.setMathMode);
-    bind(lib, api.library, "cublasSetWorkspace_v2", api.setWorkspace);
-    bind(lib, api.library, "cublasSgemm_v2", api.sgemm);
-    bind(lib, api.library, "cublasGemmEx", api.gemmEx);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasCreate_v2", api.create);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasDestroy_v2", api.destroy);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasSetStream_v2", api.setStream);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasSetMathMode", api.setMathMode);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasSetWorkspace_v2", api.setWorkspace);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasSgemm_v2", api.sgemm);
+    bindSymbol(lib, "cuBLAS", api.library, "cublasGemmEx", api.gemmEx);
     api.statusString = reinterpret_cast<const char* (*)(int)>(dlsym(lib, "cublasGetStatusString"));
     return api;  // the library stays loaded for the life of the process
 }
@@ -65,10 +58,7 @@ CublasApi load() {
 }  // namespace
 
 const CublasApi& cublas() {
-    static CublasApi api;
-    static std::once_flag once;
-    std::call_once(once, [] { api = load(); });  // a throw leaves the flag unset: the next call retries
-    return api;
+    return loadOnce<CublasApi>(load);
 }
 
 void checkCublas(int status, const char* what) {

@@ -1,18 +1,11 @@
 #include "nccl_loader.h"
 
-#include <dlfcn.h>
+#include "runtime_library.h"
 
-#include <mutex>
 #include <stdexcept>
 
 namespace mamba::cuda {
 namespace {
-
-template <typename F>
-void bind(void* lib, const std::string& file, const char* symbol, F*& fn) {
-    fn = reinterpret_cast<F*>(dlsym(lib, symbol));
-    if (!fn) throw std::runtime_error("NCCL: " + file + " has no symbol " + symbol);
-}
 
 NcclApi load() {
     NcclApi api{};
@@ -26,25 +19,22 @@ NcclApi load() {
             "). Fix: install NCCL 2 (NVIDIA's libnccl2 package, or the nvidia-nccl wheel) and put its lib folder on "
             "LD_LIBRARY_PATH; on the CPU use the in-process or TCP communicator (docs/data-parallel.md)");
     }
-    bind(lib, api.library, "ncclGetUniqueId", api.getUniqueId);
-    bind(lib, api.library, "ncclCommInitRank", api.commInitRank);
-    bind(lib, api.library, "ncclCommDestroy", api.commDestroy);
-    bind(lib, api.library, "ncclCommAbort", api.commAbort);
-    bind(lib, api.library, "ncclCommGetAsyncError", api.commGetAsyncError);
-    bind(lib, api.library, "ncclAllGather", api.allGather);
-    bind(lib, api.library, "ncclAllReduce", api.allReduce);
-    bind(lib, api.library, "ncclBroadcast", api.broadcast);
-    bind(lib, api.library, "ncclGetErrorString", api.errorString);
+    bindSymbol(lib, "NCCL", api.library, "ncclGetUniqueId", api.getUniqueId);
+    bindSymbol(lib, "NCCL", api.library, "ncclCommInitRank", api.commInitRank);
+    bindSymbol(lib, "NCCL", api.library, "ncclCommDestroy", api.commDestroy);
+    bindSymbol(lib, "NCCL", api.library, "ncclCommAbort", api.commAbort);
+    bindSymbol(lib, "NCCL", api.library, "ncclCommGetAsyncError", api.commGetAsyncError);
+    bindSymbol(lib, "NCCL", api.library, "ncclAllGather", api.allGather);
+    bindSymbol(lib, "NCCL", api.library, "ncclAllReduce", api.allReduce);
+    bindSymbol(lib, "NCCL", api.library, "ncclBroadcast", api.broadcast);
+    bindSymbol(lib, "NCCL", api.library, "ncclGetErrorString", api.errorString);
     return api;  // the library stays loaded for the life of the process
 }
 
 }  // namespace
 
 const NcclApi& nccl() {
-    static NcclApi api;
-    static std::once_flag once;
-    std::call_once(once, [] { api = load(); });  // a throw leaves the flag unset: the next call retries
-    return api;
+    return loadOnce<NcclApi>(load);
 }
 
 void checkNccl(int result, const char* what) {
