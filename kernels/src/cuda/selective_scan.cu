@@ -5,7 +5,8 @@
 //  - narrow (NS = 4, or 16 above d_state 128): decode and short scans. For d_state 16 four lanes share a
 //    channel, so there are 4× more threads (latency hiding when B·channels is small) and each warp's
 //    state loads are contiguous;
-//  - wide (NS = 16, or 4 for d_state ≤ 4): long scans (T ≥ 32, chunked). One lane per channel for
+//  - wide (NS = 16, or 4 for d_state ≤ 4): long scans (T ≥ 32, chunked; never with shape_independent, since
+//    its y sums a channel's states in another order than decode's). One lane per channel for
 //    d_state 16: softplus, dt/u/z loads and the y reduction happen once per channel instead of per lane,
 //    which halves the instructions per state update — the chunked scan's bottleneck.
 // exp is exp2 of Δ·A·log2(e) (A pre-scaled once per thread); y is reduced across the S lanes by shuffles.
@@ -261,7 +262,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override, bool checkpoints) {
     ScanPlan p;
-    if (checkpoints) {  // the training forward: sequential, narrow layout
+    // The training forward, and every scan of DETERMINISTIC inference: sequential in the narrow layout of decode,
+    // whatever the batch and length (the wide layout sums y over a channel's states in another order).
+    if (checkpoints || s.shape_independent) {
         p.chunk = s.steps;
         lanesFor(s.d_state, false, &p.ns, &p.lanes);
         return p;

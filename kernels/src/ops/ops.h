@@ -105,6 +105,12 @@ struct ScanArgs {
     int64_t h_stride;
     float* out;           // [B*T, channels]: y · SiLU(z)
     int batch, steps, channels, d_state;
+    /**
+     * One algorithm for every batch size and length (GemmMode::Deterministic): a backend may not pick a faster
+     * layout or a chunked scan by shape, so a row's outputs do not depend on its batch and a prefill of T steps
+     * equals T decode steps bit for bit.
+     */
+    bool shape_independent = false;
 };
 
 /**

@@ -860,6 +860,73 @@ std::vector<float> stepRange(const std::vector<float>& v, int64_t ld, int B, int
     return out;
 }
 
+/**
+ * DETERMINISTIC inference (ScanArgs::shape_independent): one call over T steps equals T one-step calls bit for bit
+ * (outputs and final state), and so do the same rows run in a batch of one; and both are within the scan tolerance
+ * of the double reference. On CUDA a shape-dependent plan (the wide layout from 32 steps, the chunked scan for long
+ * sequences on small grids) would fail the bitwise part.
+ */
+Prepared scanShapeIndependentCase(Ops& ops, uint64_t seed, int B, int T, int C, int N) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32);
+    const int64_t hn = static_cast<int64_t>(C) * N;
+    const float *a = A->put(s.a), *dskip = A->put(s.dSkip);
+    // rows [b0, b0 + nb) of steps [t0, t1), reading and advancing the state h (hstride per row)
+    auto args = [&](int b0, int nb, int t0, int t1, float* h, float* out) {
+        auto rows = [&](const std::vector<float>& v, int64_t ld) {
+            const std::vector<float> r = stepRange(v, ld, B, T, t0, t1);
+            const int64_t per = static_cast<int64_t>(t1 - t0) * ld;
+            return A->put(std::vector<float>(r.begin() + b0 * per, r.begin() + (b0 + nb) * per));
+        };
+        const float* xz = rows(s.xz, s.ldz);
+        ScanArgs sa{rows(s.dt, C), a, rows(s.xdbl, s.ldx), s.ldx, rows(s.u, C), xz + C, s.ldz, dskip, h, s.hstride, out,
+                    nb, t1 - t0, C, N};
+        sa.shape_independent = true;
+        return sa;
+    };
+    std::vector<float> h0rows(s.h0.begin(), s.h0.begin() + static_cast<int64_t>(B) * s.hstride);
+    float* hWhole = A->put(h0rows);
+    float* hSteps = A->put(h0rows);
+    float* hLone = A->put(std::vector<float>(s.h0.begin(), s.h0.begin() + s.hstride));  // row 0 alone
+    float* outWhole = A->poisoned(static_cast<int64_t>(B) * T * C);
+    float* outLone = A->poisoned(static_cast<int64_t>(T) * C);
+    std::vector<float*> outSteps;
+    std::vector<ScanArgs> steps;
+    for (int t = 0; t < T; ++t) {
+        outSteps.push_back(A->poisoned(static_cast<int64_t>(B) * C));
+        steps.push_back(args(0, B, t, t + 1, hSteps, outSteps.back()));
+    }
+    const ScanArgs whole = args(0, B, 0, T, hWhole, outWhole), lone = args(0, 1, 0, T, hLone, outLone);
+    p.call = [&ops, whole, lone, steps] {
+        ops.selectiveScan(whole, nullptr, nullptr);
+        ops.selectiveScan(lone, nullptr, nullptr);
+        for (const ScanArgs& st : steps) ops.selectiveScan(st, nullptr, nullptr);
+    };
+    const ref::ScanResult want = ref::selectiveScan(s.prob);
+    const int64_t hstride = s.hstride;
+    p.check = [=] {
+        const std::vector<float> gw = A->get(outWhole, static_cast<int64_t>(B) * T * C);
+        std::vector<float> gs(gw.size());  // the steps' outputs in [B, T, C] order
+        for (int t = 0; t < T; ++t) {
+            const std::vector<float> o = A->get(outSteps[t], static_cast<int64_t>(B) * C);
+            for (int b = 0; b < B; ++b)
+                std::copy(o.begin() + static_cast<int64_t>(b) * C, o.begin() + static_cast<int64_t>(b + 1) * C,
+                          gs.begin() + (static_cast<int64_t>(b) * T + t) * C);
+        }
+        const std::vector<float> hw = strip(A->get(hWhole, B * hstride), B, hstride, hn);
+        const std::vector<float> row0(gw.begin(), gw.begin() + static_cast<int64_t>(T) * C);
+        return std::vector<Compare>{nmax("out", gw, want.out, kTolScan),
+                                    bits("out (T steps)", gs, gw),
+                                    bits("h (T steps)", strip(A->get(hSteps, B * hstride), B, hstride, hn), hw),
+                                    bits("out (row 0 alone)", A->get(outLone, static_cast<int64_t>(T) * C), row0),
+                                    bits("h (row 0 alone)", strip(A->get(hLone, hstride), 1, hstride, hn),
+                                         std::vector<float>(hw.begin(), hw.begin() + hn))};
+    };
+    return p;
+}
+
 /** State carry: the scan over T steps as two calls (T/2, then the rest) against the one-sequence reference. */
 Prepared scanSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int N) {
     Rng rng(seed);
@@ -1524,6 +1591,9 @@ std::vector<Case> allCases() {
             add("selectiveScan", format("B=2 T=64 C=72 N=16 dtProj %s", ck ? "ckpt/16" : "nockpt"), dtype, ck ? "repro" : "fast",
                 NEED_LOWP | (ck ? NEED_TRAINING : NEED_NONE), false,
                 [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 64, 72, 16, true, ck ? 16 : 0, dtype); });
+    for (int T : {7, 40, 200})  // below and above the wide layout's 32 steps and the chunked scan's minimum
+        add("det.steps.selectiveScan", format("B=3 T=%d C=72 N=16 shape-independent: = T steps = row alone", T), DTYPE_F32,
+            "det", NEED_NONE, false, [=](Ops& o, uint64_t s) { return scanShapeIndependentCase(o, s, 3, T, 72, 16); });
     for (int T : {2, 7, 64})
         add("selectiveScan.split", format("B=2 T=%d as %d+%d C=72 N=16 h carried", T, T / 2, T - T / 2), DTYPE_F32, "-", NEED_NONE,
             false, [=](Ops& o, uint64_t s) { return scanSplitCase(o, s, 2, T, 72, 16); });

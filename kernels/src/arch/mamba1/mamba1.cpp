@@ -67,8 +67,9 @@ void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     // Δ = dt_proj(δ) (fused into the scan where a backend can), then the scan, D skip and the SiLU(z) gate.
     const Gemm dtProj = Gemm::forward(c.mode, b.xdbl.data(), d_.xdbl, R, w.matrix(L.dt_w), w.vec(L.dt_b), b.dt.data(),
                                       E, 0.f);
-    const ScanArgs scan{b.dt.data(), negA(w, c.layer), b.xdbl.data() + d_.dt_rank, d_.xdbl, b.u.data(), b.xz.data() + E,
-                        2 * E, w.vec(L.d), ssm, c.state_stride, b.gated.data(), c.B, c.T, E, d_.d_state};
+    ScanArgs scan{b.dt.data(), negA(w, c.layer), b.xdbl.data() + d_.dt_rank, d_.xdbl, b.u.data(), b.xz.data() + E,
+                  2 * E, w.vec(L.d), ssm, c.state_stride, b.gated.data(), c.B, c.T, E, d_.d_state};
+    scan.shape_independent = c.mode == GemmMode::Deterministic;
     const ScanCheckpoints ckpt{b.checkpoints.data(), kScanChunk};
     ops.selectiveScan(scan, &dtProj, tape ? &ckpt : nullptr);
 

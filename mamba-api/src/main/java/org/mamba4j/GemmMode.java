@@ -28,7 +28,11 @@ public enum GemmMode {
      *       other modes for decode, much slower for long prefills (the weights are read once per 8 rows).</li>
      * </ul>
      * No stage fusion runs in this mode (the fused rmsnorm + product of decode computes the norm differently), so
-     * whole decode steps are batch-invariant: the scan, conv and norms are per-row already.
+     * whole decode steps are batch-invariant: the scan, conv and norms are per-row already. The Mamba-1 CUDA scan
+     * also keeps one layout and the sequential algorithm for every batch and length in this mode (the fast modes
+     * switch to a wide layout from 32 steps and to a chunked scan for long prompts on small batches), so a prefill's
+     * scan equals its decode steps bit for bit and does not depend on the batch. Mamba-3's CUDA prefill still uses
+     * its chunked kernels for 32 steps and more: equal to its steps to f32 rounding, not bit for bit.
      */
     DETERMINISTIC(0),
     /**
