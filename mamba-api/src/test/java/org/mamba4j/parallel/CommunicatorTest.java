@@ -167,7 +167,7 @@ class CommunicatorTest {
         List<TcpCommunicator> g = tcpGroup(3, Duration.ofSeconds(20));
         checkCollectives(g);
         checkCollectives(g);  // twice: the sequence numbers advance together
-        List<Future<byte[]>> ids = ranks(3, r -> g.get(r).broadcastBytes(r == 0 ? new byte[] {1, 2, 3} : new byte[0], 0));
+        List<Future<byte[]>> ids = ranks(3, r -> g.get(r).broadcastBytes(r == 0 ? new byte[] {1, 2, 3} : new byte[0], 0, 16));
         for (Future<byte[]> f : ids) assertArrayEquals(new byte[] {1, 2, 3}, get(f));
         g.forEach(TcpCommunicator::close);
     }
