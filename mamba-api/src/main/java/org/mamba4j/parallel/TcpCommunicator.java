@@ -340,7 +340,7 @@ public final class TcpCommunicator implements Communicator {
     private byte[] leaf(long seq, String op, byte[] mine, Size reply) {
         try {
             writeFrame(out[0], seq, op, mine);
-            peers[0].setSoTimeout((int) leafTimeoutMillis());
+            peers[0].setSoTimeout((int) Math.min(Integer.MAX_VALUE, leafTimeoutMillis()));  // timeouts past 24 days too
             return TcpFrames.readReply(in[0], seq, op, reply);
         } catch (CommunicatorException e) {  // rank 0 aborted, or answered against the protocol
             throw fail(e.getMessage(), null);

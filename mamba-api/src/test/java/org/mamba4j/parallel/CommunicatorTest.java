@@ -286,6 +286,10 @@ class CommunicatorTest {
                 Map.of("RANK", "x", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "1"))).getMessage().contains("RANK = 'x'"));
         assertTrue(assertThrows(IllegalArgumentException.class, () -> LaunchConfig.fromEnvironment(
                 Map.of("RANK", "2", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "1"))).getMessage().contains("RANK = 2"));
+        // a hostile or mistyped WORLD_SIZE is refused before rank 0 sizes anything by it
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> LaunchConfig.fromEnvironment(
+                Map.of("RANK", "0", "WORLD_SIZE", "2147483647", "MASTER_ADDR", "h", "MASTER_PORT", "1"))).getMessage()
+                .contains("WORLD_SIZE = 2147483647 must be in [1, 1048576]"));
     }
 
     private static long elapsedMs(long t0) {

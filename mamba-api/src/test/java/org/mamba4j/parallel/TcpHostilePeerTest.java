@@ -292,6 +292,21 @@ class TcpHostilePeerTest {
         r0.close();
     }
 
+    /** MAMBA4J_DIST_TIMEOUT_SECONDS of 40 days: more milliseconds than an int holds, still a working group. */
+    @Test
+    void aTimeoutBeyondAnIntOfMillisecondsWorks() throws Exception {
+        int port = CommunicatorTest.freePort();
+        LaunchConfig zero = LaunchConfig.fromEnvironment(java.util.Map.of("RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "127.0.0.1",
+                "MASTER_PORT", "" + port, "MAMBA4J_DIST_TIMEOUT_SECONDS", "" + 40 * 86_400));
+        Future<TcpCommunicator> root = pool.submit(() -> TcpCommunicator.connect(zero));
+        try (TcpCommunicator one = TcpCommunicator.connect(launch(1, 2, port, zero.timeout()));
+                TcpCommunicator r0 = root.get(20, TimeUnit.SECONDS)) {
+            Future<double[]> g0 = pool.submit(() -> r0.allGather(new double[] {1}));
+            assertArrayEquals(new double[] {1, 2}, one.allGather(new double[] {2}));
+            assertArrayEquals(new double[] {1, 2}, g0.get(20, TimeUnit.SECONDS));
+        }
+    }
+
     /** A fake rank 0 that welcomes rank 1 and answers its first collective with {@code reply}. */
     private String rankOneMeetsFakeRankZero(byte[] welcome, byte[] reply) throws Exception {
         try (ServerSocket server = new ServerSocket(0)) {
