@@ -37,11 +37,11 @@ import org.mamba4j.parallel.TcpFrames.Size;
  * half of it (≤ 10 s more), so rank 0's verdict normally reaches them first; a dead or hung rank 0 is reported as such. A rank that never connects fails rank 0's rendezvous with its rank
  * named; a rank that cannot reach rank 0 fails naming the address.
  *
- * <p>Bad peers: nothing read from a socket is trusted ({@link TcpFrames} decodes it). Every payload must have the length
+ * <p>Bad peers: nothing read from a socket is trusted ({@code TcpFrames} decodes it). Every payload must have the length
  * the collective implies (what each rank sends, what rank 0 answers), checked before anything is allocated for it; a
  * frame of another collective, another length, or an over-long or malformed name fails the group with
  * {@link CommunicatorException} naming the peer (and, on rank 0, its address) and what was wrong. During the
- * rendezvous rank 0 drops a connection that does not send a hello within {@value #HELLO_MILLIS} ms or does not start
+ * rendezvous rank 0 drops a connection that does not send a hello within 5 s or does not start
  * with the magic (a port probe, a stranger), and keeps waiting for the ranks; a hello with the magic but another
  * protocol version, world size, an out-of-range or taken rank ends the rendezvous with that reason. There is no
  * authentication (as with torchrun's rendezvous): a process that reaches {@code MASTER_PORT} first can claim a free
