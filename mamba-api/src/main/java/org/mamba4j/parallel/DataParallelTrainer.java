@@ -1,6 +1,7 @@
 package org.mamba4j.parallel;
 
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -20,8 +21,10 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.function.IntFunction;
+import java.util.regex.Pattern;
 import java.util.stream.Stream;
 import org.mamba4j.BackwardOptions;
+import org.mamba4j.CheckpointException;
 import org.mamba4j.GemmMode;
 import org.mamba4j.LinearHead;
 import org.mamba4j.MambaModel;
@@ -81,7 +84,9 @@ import org.mamba4j.Trainer;
  *
  * <p><b>Checkpoints.</b> {@link #saveCheckpoint} is a collective: rank 0 writes, every rank waits for it. Each save
  * goes to a new folder and then an atomic replace of the {@code LATEST} pointer, so a rank or process killed at
- * any moment leaves the last complete checkpoint readable ({@link #loadCheckpoint}).
+ * any moment leaves the last complete checkpoint readable ({@link #loadCheckpoint}). Loading checks every piece
+ * (the {@code LATEST} pointer, the files, their shapes against the replicas) before it changes a replica: a corrupt,
+ * hostile or mismatched checkpoint throws {@link CheckpointException} and leaves the replicas as they were.
  *
  * <p><b>Faults.</b> A rank that dies or hangs makes the others' next collective throw {@link CommunicatorException}
  * within the communicator's timeout; the local replicas' threads are stopped with it (the trainer aborts its
@@ -92,6 +97,10 @@ import org.mamba4j.Trainer;
  */
 public final class DataParallelTrainer implements AutoCloseable {
     private static final String LATEST = "LATEST";
+    private static final String MODEL = "model.safetensors", OPTIMIZER = "optimizer.safetensors", HEAD = "head.safetensors",
+            LOSS_SCALER = "loss-scaler.txt";
+    private static final Pattern STEP_FOLDER = Pattern.compile("step-[0-9]{1,19}");
+    private static final Pattern DECIMAL = Pattern.compile("[0-9]{1,40}(\\.[0-9]{1,40})?([eE][-+]?[0-9]{1,3})?");  // a loss scale
 
     private final List<Trainer> replicas;
     private final List<Communicator> comms;
@@ -269,11 +278,11 @@ public final class DataParallelTrainer implements AutoCloseable {
                 Trainer t = replicas.get(i);
                 try {
                     Files.createDirectories(folder);
-                    t.model().save(folder.resolve("model.safetensors"));
-                    t.exportOptimizerState().save(folder.resolve("optimizer.safetensors"));
-                    if (hasHead(t)) t.head().save(folder.resolve("head.safetensors"));
+                    t.model().save(folder.resolve(MODEL));
+                    t.exportOptimizerState().save(folder.resolve(OPTIMIZER));
+                    if (hasHead(t)) t.head().save(folder.resolve(HEAD));
                     if (t.lossScaler() != null)
-                        writeAtomically(folder.resolve("loss-scaler.txt"), t.lossScale() + " " + t.lossScalerCleanSteps() + "\n");
+                        writeAtomically(folder.resolve(LOSS_SCALER), t.lossScale() + " " + t.lossScalerCleanSteps() + "\n");
                     writeLatest(dir, folder.getFileName().toString());
                     deleteOlder(dir, folder.getFileName().toString());
                 } catch (IOException e) {
@@ -288,32 +297,48 @@ public final class DataParallelTrainer implements AutoCloseable {
 
     /**
      * Loads the checkpoint {@code dir/LATEST} points at into every local replica (each rank reads the files itself;
-     * no collective). Returns its step count.
+     * no collective). Returns its step count. Every file is read and checked against the replicas before the first
+     * replica changes (the model file by {@link MambaModel#loadWeights}, which validates it whole before it writes a
+     * weight), so a failed load leaves every replica as it was.
      *
-     * @throws UncheckedIOException when there is no complete checkpoint in {@code dir}
+     * @throws CheckpointException when {@code dir} holds no complete checkpoint that fits the replicas: {@code LATEST}
+     *     missing, not a step folder's name or naming no folder ({@link #latestCheckpoint}); the model, optimizer
+     *     state, head (with one) or loss-scaler state (with one) missing, corrupt, or of another shape
      */
     public long loadCheckpoint(Path dir) {
         Objects.requireNonNull(dir, "dir");
         Path folder = latestCheckpoint(dir);
-        OptimizerState state = OptimizerState.load(folder.resolve("optimizer.safetensors"));
+        Trainer first = replicas.get(0);
+        OptimizerState state = OptimizerState.load(folder.resolve(OPTIMIZER));
+        LinearHead head = hasHead(first) ? LinearHead.load(folder.resolve(HEAD)) : null;
+        LossScalerState scaler = first.lossScaler() != null ? readLossScaler(folder.resolve(LOSS_SCALER)) : null;
+        for (Trainer t : replicas) checkFits(t, first, state, head, folder);
+        // the model file last: loadWeights checks all of it before it changes a weight, and the replicas have one shape
+        first.model().loadWeights(folder.resolve(MODEL));
         for (Trainer t : replicas) {
-            t.model().loadWeights(folder.resolve("model.safetensors"));
+            if (t != first) t.model().loadWeights(folder.resolve(MODEL));
             t.importOptimizerState(state);
-            if (hasHead(t)) t.loadHead(LinearHead.load(folder.resolve("head.safetensors")));
-            if (t.lossScaler() != null) restoreLossScaler(t, folder.resolve("loss-scaler.txt"));
+            if (head != null) t.loadHead(head);
+            if (scaler != null) t.restoreLossScaler(scaler.scale(), scaler.cleanSteps());
         }
         return state.step();
     }
 
-    /** The folder {@code dir/LATEST} names (the last complete checkpoint). */
+    /**
+     * The folder {@code dir/LATEST} names (the last complete checkpoint).
+     *
+     * @throws CheckpointException when {@code LATEST} is missing, not a small text file naming a step folder
+     *     ({@code step-<n>}, nothing else: no path), or names a folder that does not exist
+     */
     public static Path latestCheckpoint(Path dir) {
-        try {
-            String name = Files.readString(dir.resolve(LATEST), StandardCharsets.UTF_8).trim();
-            if (!name.matches("step-[0-9]+")) throw new IOException(dir.resolve(LATEST) + " names '" + name + "'");
-            return dir.resolve(name);
-        } catch (IOException e) {
-            throw new UncheckedIOException("no complete data-parallel checkpoint in " + dir, e);
-        }
+        Objects.requireNonNull(dir, "dir");
+        Path latest = dir.resolve(LATEST);
+        String name = readSmallText(latest, 64, "the checkpoint pointer");
+        if (!STEP_FOLDER.matcher(name).matches())
+            throw new CheckpointException(latest + " does not name a step folder (step-<n>): '" + printable(name) + "'");
+        Path folder = dir.resolve(name);
+        if (!Files.isDirectory(folder)) throw new CheckpointException(latest + " names " + name + ", which is not a folder in " + dir);
+        return folder;
     }
 
     /** Shuts the replica threads down; closes communicators made by {@link #inProcess}. The trainers stay open. */
@@ -565,14 +590,84 @@ public final class DataParallelTrainer implements AutoCloseable {
         return out;
     }
 
-    private static void restoreLossScaler(Trainer t, Path file) {
-        try {
-            String[] v = Files.readString(file, StandardCharsets.UTF_8).trim().split(" ");
-            t.restoreLossScaler(Double.parseDouble(v[0]), Long.parseLong(v[1]));
-        } catch (IOException | RuntimeException e) {
-            throw new UncheckedIOException("the checkpoint's loss-scaler state " + file + " is missing or unreadable",
-                    e instanceof IOException io ? io : new IOException(e));
+    /** A checkpoint's loss-scaler state: {@code loss-scaler.txt} holds {@code "<scale> <clean steps>\n"}. */
+    record LossScalerState(double scale, long cleanSteps) {}
+
+    /**
+     * Reads a loss-scaler state file.
+     *
+     * @throws CheckpointException when it is missing, not two numbers, or its values are out of range (a scale that
+     *     is not finite and positive in f32, negative clean steps)
+     */
+    static LossScalerState readLossScaler(Path file) {
+        String text = readSmallText(file, 128, "the loss-scaler state");
+        String[] v = text.split(" ", -1);
+        if (v.length != 2 || !DECIMAL.matcher(v[0]).matches() || !v[1].matches("[0-9]{1,18}"))
+            throw new CheckpointException(file + " is not '<scale> <clean steps>': '" + printable(text) + "'");
+        double scale = Double.parseDouble(v[0]);
+        long clean = Long.parseLong(v[1]);
+        if (!(scale > 0) || Float.isInfinite((float) scale) || (float) scale == 0)
+            throw new CheckpointException(file + ": loss scale " + v[0] + " is not finite and positive in f32");
+        return new LossScalerState(scale, clean);
+    }
+
+    /**
+     * A small ASCII text file, trimmed: at most {@code maxBytes} bytes read whatever its size, and only from a regular
+     * file (a folder, a pipe or a device is refused: a pipe would block the read).
+     */
+    private static String readSmallText(Path file, int maxBytes, String what) {
+        if (!Files.isRegularFile(file)) throw new CheckpointException(what + " " + file + " is missing or not a regular file");
+        byte[] b;
+        try (InputStream in = Files.newInputStream(file)) {
+            b = in.readNBytes(maxBytes + 1);
+        } catch (IOException e) {
+            throw new CheckpointException(what + " " + file + " cannot be read: " + e, e);
         }
+        if (b.length > maxBytes) throw new CheckpointException(what + " " + file + " is larger than " + maxBytes + " bytes");
+        for (byte c : b)
+            if (c < 0x20 && c != '\n' && c != '\r' && c != '\t' || c > 0x7e)
+                throw new CheckpointException(what + " " + file + " is not ASCII text");
+        return new String(b, StandardCharsets.US_ASCII).trim();
+    }
+
+    /** At most 64 characters of a text read from a file, for a message. */
+    private static String printable(String s) {
+        return s.length() <= 64 ? s : s.substring(0, 64) + "…";
+    }
+
+    /**
+     * Whether replica {@code t} takes the checkpoint's pieces (as the first replica, whose shape it must have):
+     * everything {@link Trainer#importOptimizerState} and {@link Trainer#loadHead} would refuse, refused before any
+     * replica changes.
+     */
+    private static void checkFits(Trainer t, Trainer first, OptimizerState state, LinearHead head, Path folder) {
+        MambaModel m = t.model(), m0 = first.model();
+        if (!m.config().equals(m0.config()) || m.inputWidth() != m0.inputWidth() || m.vocabSize() != m0.vocabSize()
+                || !t.parameterNames().equals(first.parameterNames()))
+            throw new IllegalStateException("the local replicas have different model shapes");
+        List<String> names = t.parameterNames();
+        if (state.names().size() != names.size() || !state.names().containsAll(names))
+            throw new CheckpointException(folder.resolve(OPTIMIZER) + " holds moments for " + state.names().size()
+                    + " tensors that are not this trainer's " + names.size());
+        int rows = t.vocab() > 0 ? t.vocab() : t.outputHeadWidth();
+        Set<String> modelTensors = new HashSet<>(m.parameterNames());
+        for (String n : names) {
+            long expected = modelTensors.contains(n) ? product(m.parameterShape(n))
+                    : n.endsWith(".weight") ? (long) rows * m.outputWidth() : rows;  // the head's weight or bias
+            long got = state.firstMoment(n).length;
+            if (got != expected)
+                throw new CheckpointException(folder.resolve(OPTIMIZER) + ": the moments of " + n + " have " + got
+                        + " values, this trainer's tensor " + expected);
+        }
+        if (head != null && (head.vocab() != rows || head.dModel() != m.outputWidth()))
+            throw new CheckpointException(folder.resolve(HEAD) + " is a head of [" + head.vocab() + ", " + head.dModel()
+                    + "]; this trainer's is [" + rows + ", " + m.outputWidth() + "]");
+    }
+
+    private static long product(long[] shape) {
+        long n = 1;
+        for (long d : shape) n *= d;
+        return n;
     }
 
     /** Writes a small file through a temp file forced to disk and an atomic rename. */
@@ -600,7 +695,7 @@ public final class DataParallelTrainer implements AutoCloseable {
         try (Stream<Path> s = Files.list(dir)) {
             for (Path p : (Iterable<Path>) s::iterator) {
                 String n = p.getFileName().toString();
-                if (n.matches("step-[0-9]+") && !n.equals(keep) && Files.isDirectory(p)) {
+                if (STEP_FOLDER.matcher(n).matches() && !n.equals(keep) && Files.isDirectory(p)) {
                     try (Stream<Path> files = Files.list(p)) {
                         for (Path f : (Iterable<Path>) files::iterator) Files.deleteIfExists(f);
                     }

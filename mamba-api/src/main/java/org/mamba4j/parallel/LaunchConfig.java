@@ -21,9 +21,12 @@ import org.mamba4j.Device;
  */
 public record LaunchConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort, Duration timeout) {
     public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(300);
+    /** The largest WORLD_SIZE taken (rank 0 of a TCP rendezvous keeps a connection per rank). */
+    public static final int MAX_WORLD_SIZE = 1 << 20;
 
     public LaunchConfig {
-        if (worldSize < 1) throw new IllegalArgumentException("WORLD_SIZE = " + worldSize + " must be >= 1");
+        if (worldSize < 1 || worldSize > MAX_WORLD_SIZE)
+            throw new IllegalArgumentException("WORLD_SIZE = " + worldSize + " must be in [1, " + MAX_WORLD_SIZE + "]");
         if (rank < 0 || rank >= worldSize)
             throw new IllegalArgumentException("RANK = " + rank + " must be in [0, WORLD_SIZE = " + worldSize + ")");
         if (localRank < 0) throw new IllegalArgumentException("LOCAL_RANK = " + localRank + " must be >= 0");

@@ -33,6 +33,9 @@ import org.mamba4j.Trainer;
  * {@link DeviceUnavailableException} saying which ({@link #unavailableReason()}).
  */
 public final class NcclCommunicator implements Communicator {
+    /** The bootstrap accepts a unique id of at most this many bytes (NCCL's are 128; libmamba checks the exact size). */
+    private static final int MAX_UNIQUE_ID_BYTES = 4096;
+
     private final NcclComm comm;
 
     private NcclCommunicator(NcclComm comm) {
@@ -54,7 +57,7 @@ public final class NcclCommunicator implements Communicator {
         requireAvailable(device);  // before the rendezvous: the message names NCCL, not a timeout
         byte[] id;
         try (TcpCommunicator bootstrap = TcpCommunicator.connect(config)) {
-            id = bootstrap.broadcastBytes(config.rank() == 0 ? NcclComm.newUniqueId() : new byte[0], 0);
+            id = bootstrap.broadcastBytes(config.rank() == 0 ? NcclComm.newUniqueId() : new byte[0], 0, MAX_UNIQUE_ID_BYTES);
         }
         final byte[] uid = id;
         return joinWithin(config.timeout(), List.of(() -> NcclComm.join(uid, config.worldSize(), config.rank(), device,

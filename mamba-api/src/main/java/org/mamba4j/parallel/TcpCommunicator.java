@@ -19,7 +19,9 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
+import java.util.function.IntFunction;
 import org.mamba4j.Trainer;
+import org.mamba4j.parallel.TcpFrames.Size;
 
 /**
  * One process per rank over TCP, written with the JDK: a rendezvous (rank 0 listens on {@code MASTER_PORT}, the
@@ -34,10 +36,20 @@ import org.mamba4j.Trainer;
  * connection, so they fail at once with that reason. The other ranks wait for rank 0's answer at most the timeout plus
  * half of it (≤ 10 s more), so rank 0's verdict normally reaches them first; a dead or hung rank 0 is reported as such. A rank that never connects fails rank 0's rendezvous with its rank
  * named; a rank that cannot reach rank 0 fails naming the address.
+ *
+ * <p>Bad peers: nothing read from a socket is trusted ({@code TcpFrames} decodes it). Every payload must have the length
+ * the collective implies (what each rank sends, what rank 0 answers), checked before anything is allocated for it; a
+ * frame of another collective, another length, or an over-long or malformed name fails the group with
+ * {@link CommunicatorException} naming the peer (and, on rank 0, its address) and what was wrong. During the
+ * rendezvous rank 0 drops a connection that does not send a hello within 5 s or does not start
+ * with the magic (a port probe, a stranger), and keeps waiting for the ranks; a hello with the magic but another
+ * protocol version, world size, an out-of-range or taken rank ends the rendezvous with that reason. There is no
+ * authentication (as with torchrun's rendezvous): a process that reaches {@code MASTER_PORT} first can claim a free
+ * rank, so run jobs on a network only they use.
  */
 public final class TcpCommunicator implements Communicator {
-    private static final int MAGIC = 0x6d346a64;  // "m4jd"
-    private static final int VERSION = 1;
+    /** How long rank 0 waits for a new connection's hello before it drops it (a port probe, a stranger). */
+    static final int HELLO_MILLIS = 5_000;
     private static final ScheduledExecutorService WATCHDOG = Executors.newSingleThreadScheduledExecutor(r -> {
         Thread t = new Thread(r, "mamba4j-tcp-communicator-watchdog");
         t.setDaemon(true);
@@ -111,40 +123,34 @@ public final class TcpCommunicator implements Communicator {
                     throw new CommunicatorException("rank 0: " + why);
                 }
                 s.setTcpNoDelay(true);
-                s.setSoTimeout(remainingMillis(deadline));
-                int magic, version, r, w;
-                DataInputStream hin = new DataInputStream(s.getInputStream());
+                // A rank sends its hello as soon as it connects: a connection silent for HELLO_MILLIS is dropped, so
+                // a stranger holds the rendezvous up for at most that, never until the deadline.
+                s.setSoTimeout(Math.min(HELLO_MILLIS, remainingMillis(deadline)));
+                TcpFrames.Hello hello;
                 try {
-                    magic = hin.readInt();
-                    version = hin.readInt();
-                    r = hin.readInt();
-                    w = hin.readInt();
+                    hello = TcpFrames.readHello(new DataInputStream(s.getInputStream()));
                 } catch (IOException e) {
                     s.close();  // not one of ours (a port probe), or a rank that died while connecting: keep waiting
                     continue;
                 }
-                if (magic != MAGIC) {
+                if (hello.magic() != TcpFrames.MAGIC) {
                     s.close();
                     continue;
                 }
-                String refusal = version != VERSION ? "protocol version " + version + " (rank 0 speaks " + VERSION + ")"
-                        : w != c.worldSize() ? "rank " + r + " was launched with WORLD_SIZE " + w + ", rank 0 with " + c.worldSize()
-                        : r < 1 || r >= c.worldSize() ? "rank " + r + " is outside [1, " + c.worldSize() + ")"
-                        : peers[r] != null ? "two processes claim rank " + r : null;
+                String refusal = TcpFrames.refusal(hello, c.worldSize(), r -> peers[r] != null);
                 if (refusal != null) {
                     refuse(s, refusal);
                     refuseAll(peers, refusal);
                     throw new CommunicatorException("rank 0: the rendezvous failed: " + refusal);
                 }
-                peers[r] = s;
+                peers[hello.rank()] = s;
                 joined++;
             }
         }
         for (Socket s : peers)
             if (s != null) {
                 DataOutputStream o = new DataOutputStream(s.getOutputStream());
-                o.writeInt(MAGIC);
-                o.writeInt(0);
+                TcpFrames.writeWelcome(o);
                 o.flush();
             }
         return new TcpCommunicator(c, peers);
@@ -171,17 +177,13 @@ public final class TcpCommunicator implements Communicator {
         s.setTcpNoDelay(true);
         try {
             DataOutputStream o = new DataOutputStream(s.getOutputStream());
-            o.writeInt(MAGIC);
-            o.writeInt(VERSION);
-            o.writeInt(c.rank());
-            o.writeInt(c.worldSize());
+            TcpFrames.writeHello(o, c.rank(), c.worldSize());
             o.flush();
             s.setSoTimeout(remainingMillis(deadline));
-            DataInputStream i = new DataInputStream(s.getInputStream());
-            int magic = i.readInt(), status = i.readInt();
-            if (magic != MAGIC) throw new CommunicatorException("rank " + c.rank() + ": " + c.masterAddr() + ":" + c.masterPort()
-                    + " is not a mamba4j rendezvous");
-            if (status != 0) throw new CommunicatorException("rank " + c.rank() + ": rank 0 ended the rendezvous: " + i.readUTF());
+            TcpFrames.readWelcome(new DataInputStream(s.getInputStream()), "rank " + c.rank(), c.masterAddr() + ":" + c.masterPort());
+        } catch (CommunicatorException e) {
+            s.close();
+            throw e;
         } catch (SocketTimeoutException e) {
             s.close();
             throw new CommunicatorException("rank " + c.rank() + ": the rendezvous did not complete within "
@@ -207,15 +209,19 @@ public final class TcpCommunicator implements Communicator {
     @Override
     public float[] allGather(float[] values) {
         Objects.requireNonNull(values, "values");
-        return floats(collective("allGather(float[" + values.length + "])", bytes(values), TcpCommunicator::concat));
+        byte[] mine = bytes(values);
+        return floats(collective("allGather(float[" + values.length + "])", mine, r -> Size.exactly(mine.length),
+                Size.exactly((long) world * mine.length), TcpCommunicator::concat));
     }
 
     @Override
     public double[] allGather(double[] values) {
         Objects.requireNonNull(values, "values");
-        ByteBuffer b = ByteBuffer.allocate(values.length * 8).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer b = ByteBuffer.allocate(Math.multiplyExact(values.length, 8)).order(ByteOrder.LITTLE_ENDIAN);
         b.asDoubleBuffer().put(values);
-        byte[] all = collective("allGather(double[" + values.length + "])", b.array(), TcpCommunicator::concat);
+        int n = b.capacity();
+        byte[] all = collective("allGather(double[" + values.length + "])", b.array(), r -> Size.exactly(n),
+                Size.exactly((long) world * n), TcpCommunicator::concat);
         double[] out = new double[all.length / 8];
         ByteBuffer.wrap(all).order(ByteOrder.LITTLE_ENDIAN).asDoubleBuffer().get(out);
         return out;
@@ -226,14 +232,20 @@ public final class TcpCommunicator implements Communicator {
         Objects.requireNonNull(data, "data");
         checkRoot(root);
         byte[] mine = rank == root ? bytes(data) : new byte[0];
-        float[] got = floats(collective("broadcast(float[" + data.length + "], root " + root + ")", mine, parts -> parts[root]));
+        Size all = Size.exactly(4L * data.length);
+        float[] got = floats(collective("broadcast(float[" + data.length + "], root " + root + ")", mine,
+                r -> r == root ? all : Size.exactly(0), all, parts -> parts[root]));
         System.arraycopy(got, 0, data, 0, data.length);
     }
 
-    /** Root's bytes on every rank (the NCCL unique id). */
-    byte[] broadcastBytes(byte[] data, int root) {
+    /** Root's bytes, at most {@code maxLength} of them, on every rank (the NCCL unique id); the others pass any array. */
+    byte[] broadcastBytes(byte[] data, int root, int maxLength) {
         checkRoot(root);
-        return collective("broadcastBytes(root " + root + ")", rank == root ? data : new byte[0], parts -> parts[root]);
+        if (rank == root && data.length > maxLength)
+            throw new IllegalArgumentException(data.length + " bytes to broadcast, at most " + maxLength);
+        Size bound = Size.atMost(maxLength);
+        return collective("broadcastBytes(root " + root + ")", rank == root ? data : new byte[0],
+                r -> r == root ? bound : Size.exactly(0), bound, parts -> parts[root]);
     }
 
     /** Rank 0 folds the parts in rank order and sends the sum back: each rank receives n floats, not N·n. */
@@ -241,7 +253,9 @@ public final class TcpCommunicator implements Communicator {
     public void sumGradients(Trainer replica, Reduction reduction) {
         Objects.requireNonNull(replica, "replica");
         float[] local = replica.gradients();
-        byte[] sum = collective("sumGradients(float[" + local.length + "])", bytes(local), parts -> {
+        byte[] mine = bytes(local);
+        Size size = Size.exactly(mine.length);
+        byte[] sum = collective("sumGradients(float[" + local.length + "])", mine, r -> size, size, parts -> {
             List<float[]> fs = new ArrayList<>();
             for (byte[] p : parts) fs.add(floats(p));
             return bytes(RankOrderSum.fold(fs));
@@ -264,7 +278,12 @@ public final class TcpCommunicator implements Communicator {
 
     // ---- the collective: parts to rank 0, its combination back ----
 
-    private synchronized byte[] collective(String op, byte[] mine, Function<byte[][], byte[]> combine) {
+    /**
+     * One collective: {@code part.apply(r)} is the payload rank r must send (rank 0 checks it), {@code reply} the one
+     * rank 0 answers with (the others check it), so no frame can make a rank allocate more than the call expects.
+     */
+    private synchronized byte[] collective(String op, byte[] mine, IntFunction<Size> part, Size reply,
+            Function<byte[][], byte[]> combine) {
         if (closed) throw new IllegalStateException("rank " + rank + "'s communicator is closed");
         if (broken != null) throw new CommunicatorException("rank " + rank + ": the group is broken (" + broken + ")");
         long seq = sequence++;
@@ -278,7 +297,8 @@ public final class TcpCommunicator implements Communicator {
             closeSockets();
         }, rank == 0 ? 2 * limit : limit, TimeUnit.MILLISECONDS);
         try {
-            return rank == 0 ? root(seq, op, mine, combine, System.nanoTime() + timeoutMillis * 1_000_000) : leaf(seq, op, mine);
+            return rank == 0 ? root(seq, op, mine, part, combine, System.nanoTime() + timeoutMillis * 1_000_000)
+                    : leaf(seq, op, mine, reply);
         } finally {
             watchdog.cancel(false);
         }
@@ -289,20 +309,16 @@ public final class TcpCommunicator implements Communicator {
         return timeoutMillis + Math.min(timeoutMillis / 2, 10_000);
     }
 
-    private byte[] root(long seq, String op, byte[] mine, Function<byte[][], byte[]> combine, long deadline) {
+    private byte[] root(long seq, String op, byte[] mine, IntFunction<Size> part, Function<byte[][], byte[]> combine,
+            long deadline) {
         byte[][] parts = new byte[world][];
         parts[0] = mine;
         for (int r = 1; r < world; r++) {
             try {
                 peers[r].setSoTimeout(remainingMillis(deadline));
-                long s = in[r].readLong();
-                String theirs = in[r].readUTF();
-                if (s != seq || !theirs.equals(op))
-                    throw fail("collective mismatch: rank " + r + " called " + theirs + " (#" + s + ") while rank 0 called "
-                            + op + " (#" + seq + ")", null);
-                byte[] p = new byte[in[r].readInt()];
-                in[r].readFully(p);
-                parts[r] = p;
+                parts[r] = TcpFrames.readPart(in[r], "rank " + r + " (" + peers[r].getRemoteSocketAddress() + ")", seq, op, part.apply(r));
+            } catch (CommunicatorException e) {  // a frame against the protocol: a mismatched call, a bad size
+                throw fail(e.getMessage(), null);
             } catch (IOException e) {
                 throw fail(timedOut || e instanceof SocketTimeoutException
                         ? "rank " + r + " did not reach " + op + " within " + timeoutMillis + " ms: it is dead or hung"
@@ -321,18 +337,13 @@ public final class TcpCommunicator implements Communicator {
         return reply;
     }
 
-    private byte[] leaf(long seq, String op, byte[] mine) {
+    private byte[] leaf(long seq, String op, byte[] mine, Size reply) {
         try {
             writeFrame(out[0], seq, op, mine);
-            peers[0].setSoTimeout((int) leafTimeoutMillis());
-            long s = in[0].readLong();
-            String what = in[0].readUTF();
-            if (s < 0) throw fail("rank 0 aborted the group: " + what, null);
-            if (s != seq || !what.equals(op))
-                throw fail("collective mismatch: rank 0 answered " + what + " (#" + s + ") to " + op + " (#" + seq + ")", null);
-            byte[] reply = new byte[in[0].readInt()];
-            in[0].readFully(reply);
-            return reply;
+            peers[0].setSoTimeout((int) Math.min(Integer.MAX_VALUE, leafTimeoutMillis()));  // timeouts past 24 days too
+            return TcpFrames.readReply(in[0], seq, op, reply);
+        } catch (CommunicatorException e) {  // rank 0 aborted, or answered against the protocol
+            throw fail(e.getMessage(), null);
         } catch (IOException e) {
             throw fail(timedOut || e instanceof SocketTimeoutException
                     ? "rank " + rank + ": rank 0 did not answer " + op + " within " + leafTimeoutMillis()
@@ -342,10 +353,7 @@ public final class TcpCommunicator implements Communicator {
     }
 
     private static void writeFrame(DataOutputStream o, long seq, String op, byte[] payload) throws IOException {
-        o.writeLong(seq);
-        o.writeUTF(op);
-        o.writeInt(payload.length);
-        o.write(payload);
+        TcpFrames.writeFrame(o, seq, op, payload);
         o.flush();
     }
 
@@ -380,9 +388,7 @@ public final class TcpCommunicator implements Communicator {
     private static void refuse(Socket s, String why) {
         try (s) {
             DataOutputStream o = new DataOutputStream(s.getOutputStream());
-            o.writeInt(MAGIC);
-            o.writeInt(1);
-            o.writeUTF(why);
+            TcpFrames.writeRefusal(o, why);
             o.flush();
         } catch (IOException ignored) {
             // it will see the connection close

@@ -28,7 +28,9 @@ import org.mamba4j.CheckpointException;
  *       so no size claimed inside a file makes a reader allocate for it (the slack covers fixed costs: JSON
  *       parser buffers, exception stack traces, conversion chunks).
  * </ul>
- * Inputs are written to files in a private scratch folder, because every parser under test reads files.
+ * Readers of files get their inputs written to files in a private scratch folder ({@link #file}, {@link #folder});
+ * decoders of in-memory input ({@link #bytes}: the TCP communicator's frames) catch their own documented exception
+ * and say whether they rejected the input.
  * Per-target figures (executions, slowest input, largest allocation) are printed by {@link #report}.
  */
 public final class FuzzChecks {
@@ -50,8 +52,13 @@ public final class FuzzChecks {
         void run(Path path) throws Exception;
     }
 
-    private interface Body {
-        void run() throws Exception;
+    /**
+     * A reader of input that is not a file (a socket's frames, decoded from bytes): it catches the exception its
+     * reader documents for bad input and returns false for a rejected input, true for an accepted one. Any other
+     * exception is a finding.
+     */
+    public interface Decode {
+        boolean accepted() throws Exception;
     }
 
     /** The private scratch folder (deleted when the JVM exits), for targets that set up fixed files. */
@@ -69,7 +76,15 @@ public final class FuzzChecks {
     public static void file(String name, byte[] data, Parse parse) {
         Path f = SCRATCH.resolve(name);
         write(f, data);
-        check(data.length, () -> parse.run(f));
+        check(data.length, () -> {
+            parse.run(f);
+            return true;
+        });
+    }
+
+    /** Decodes {@code data} held in memory, under the same three rules (the allowed exception is the decoder's). */
+    public static void bytes(byte[] data, Decode decode) {
+        check(data.length, decode);
     }
 
     /**
@@ -89,7 +104,10 @@ public final class FuzzChecks {
             write(folder.resolve(e.getKey()), e.getValue());
             total += e.getValue().length;
         }
-        check(total, () -> parse.run(folder));
+        check(total, () -> {
+            parse.run(folder);
+            return true;
+        });
     }
 
     /**
@@ -105,7 +123,7 @@ public final class FuzzChecks {
         return files;
     }
 
-    private static void check(long inputBytes, Body parse) {
+    private static void check(long inputBytes, Decode parse) {
         // The first inputs of a JVM load classes and natives, on this thread's allocation count and clock: run
         // them once unmeasured, then measure the second run, so every input (the seeds too) is checked.
         if (executions < WARM_UP) run(parse);
@@ -128,7 +146,7 @@ public final class FuzzChecks {
     }
 
     /** One run: {nanoseconds, heap bytes allocated by this thread, 1 if accepted else 0}. */
-    private static long[] measure(Body parse) {
+    private static long[] measure(Decode parse) {
         long allocated0 = THREADS.getCurrentThreadAllocatedBytes();
         long t0 = System.nanoTime();
         boolean accepted = run(parse);
@@ -137,10 +155,9 @@ public final class FuzzChecks {
     }
 
     /** Runs the parser; false when it rejected the input (the one allowed exception). */
-    private static boolean run(Body parse) {
+    private static boolean run(Decode parse) {
         try {
-            parse.run();
-            return true;
+            return parse.accepted();
         } catch (CheckpointException expected) {
             return false;
         } catch (RuntimeException | Error e) {

@@ -167,7 +167,7 @@ class CommunicatorTest {
         List<TcpCommunicator> g = tcpGroup(3, Duration.ofSeconds(20));
         checkCollectives(g);
         checkCollectives(g);  // twice: the sequence numbers advance together
-        List<Future<byte[]>> ids = ranks(3, r -> g.get(r).broadcastBytes(r == 0 ? new byte[] {1, 2, 3} : new byte[0], 0));
+        List<Future<byte[]>> ids = ranks(3, r -> g.get(r).broadcastBytes(r == 0 ? new byte[] {1, 2, 3} : new byte[0], 0, 16));
         for (Future<byte[]> f : ids) assertArrayEquals(new byte[] {1, 2, 3}, get(f));
         g.forEach(TcpCommunicator::close);
     }
@@ -286,6 +286,10 @@ class CommunicatorTest {
                 Map.of("RANK", "x", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "1"))).getMessage().contains("RANK = 'x'"));
         assertTrue(assertThrows(IllegalArgumentException.class, () -> LaunchConfig.fromEnvironment(
                 Map.of("RANK", "2", "WORLD_SIZE", "2", "MASTER_ADDR", "h", "MASTER_PORT", "1"))).getMessage().contains("RANK = 2"));
+        // a hostile or mistyped WORLD_SIZE is refused before rank 0 sizes anything by it
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> LaunchConfig.fromEnvironment(
+                Map.of("RANK", "0", "WORLD_SIZE", "2147483647", "MASTER_ADDR", "h", "MASTER_PORT", "1"))).getMessage()
+                .contains("WORLD_SIZE = 2147483647 must be in [1, 1048576]"));
     }
 
     private static long elapsedMs(long t0) {
