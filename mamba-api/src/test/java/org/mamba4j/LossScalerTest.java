@@ -40,15 +40,7 @@ class LossScalerTest {
             parts.add(o.firstMoment(n));
             parts.add(o.secondMoment(n));
         }
-        int total = 0;
-        for (float[] p : parts) total += p.length;
-        float[] all = new float[total];
-        int at = 0;
-        for (float[] p : parts) {
-            System.arraycopy(p, 0, all, at, p.length);
-            at += p.length;
-        }
-        return all;
+        return TestUtil.concat(parts);
     }
 
     /** MSE, cross-entropy and split steps with and without a 2^16 scaler: the same bits everywhere. */

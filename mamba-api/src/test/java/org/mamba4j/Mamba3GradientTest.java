@@ -193,15 +193,7 @@ class Mamba3GradientTest {
             for (String n : model.parameterNames()) parts.add(model.getParameter(n));
             parts.add(t.head().weight());
             parts.add(t.head().bias());
-            int total = 0;
-            for (float[] p : parts) total += p.length;
-            float[] all = new float[total];
-            int at = 0;
-            for (float[] p : parts) {
-                System.arraycopy(p, 0, all, at, p.length);
-                at += p.length;
-            }
-            results[run] = all;
+            results[run] = TestUtil.concat(parts);
             t.close();
             model.close();
         }

@@ -128,23 +128,12 @@ class OutputHeadTest {
                 List<float[]> parts = new ArrayList<>();
                 for (String n : t.parameterNames()) parts.add(t.gradient(n));
                 parts.add(t.inputGradient());
-                results[run] = concat(parts);
+                results[run] = TestUtil.concat(parts);
             }
         }
         assertArrayEquals(results[0], results[1]);
     }
 
-    private static float[] concat(List<float[]> parts) {
-        int n = 0;
-        for (float[] p : parts) n += p.length;
-        float[] all = new float[n];
-        int at = 0;
-        for (float[] p : parts) {
-            System.arraycopy(p, 0, all, at, p.length);
-            at += p.length;
-        }
-        return all;
-    }
 
     /**
      * A scalar target per position (the previous step's first input feature) is learned through a width-1 head, and

@@ -41,6 +41,19 @@ public final class TestUtil {
         return s;
     }
 
+    /** The arrays one after the other, in list order. */
+    public static float[] concat(java.util.List<float[]> parts) {
+        int n = 0;
+        for (float[] p : parts) n += p.length;
+        float[] all = new float[n];
+        int at = 0;
+        for (float[] p : parts) {
+            System.arraycopy(p, 0, all, at, p.length);
+            at += p.length;
+        }
+        return all;
+    }
+
     /** The resident set of this process in KiB, from /proc/self/status. */
     public static long rssKiB() throws IOException {
         for (String line : Files.readAllLines(Path.of("/proc/self/status")))
