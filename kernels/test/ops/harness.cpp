@@ -114,6 +114,20 @@ Compare relScalar(const std::string& what, double got, double ref, double tol) {
     return c;
 }
 
+std::vector<double> centralDifferences(std::vector<double>& v, const std::function<double()>& loss, double h) {
+    std::vector<double> g(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        const double x = v[i];
+        v[i] = x + h;
+        const double lp = loss();
+        v[i] = x - h;
+        const double lm = loss();
+        v[i] = x;
+        g[i] = (lp - lm) / (2 * h);
+    }
+    return g;
+}
+
 Compare bits(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
     Compare c{what, "bits", 0, 0};
     if (got.size() != want.size()) {

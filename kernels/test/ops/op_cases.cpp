@@ -661,21 +661,6 @@ Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int 
     return p;
 }
 
-/** Central differences of loss() over every element of v (restored afterwards), step h. */
-Vec centralDifferences(Vec& v, const std::function<double()>& loss, double h = 1e-6) {
-    Vec g(v.size());
-    for (size_t i = 0; i < v.size(); ++i) {
-        const double x = v[i];
-        v[i] = x + h;
-        const double lp = loss();
-        v[i] = x - h;
-        const double lm = loss();
-        v[i] = x;
-        g[i] = (lp - lm) / (2 * h);
-    }
-    return g;
-}
-
 double dotOf(const Vec& a, const Vec& b) {
     double s = 0;
     for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];

@@ -403,20 +403,7 @@ Prepared m3BackwardCarryCase(Ops& ops, uint64_t seed, const M3Shape& sh) {
         for (size_t i = 0; i < r.state.size(); ++i) l += r.state[i] * dendD[i];
         return l;
     };
-    auto cd = [&loss](Vec& v) {
-        const double h = 1e-6;
-        Vec g(v.size());
-        for (size_t i = 0; i < v.size(); ++i) {
-            const double x = v[i];
-            v[i] = x + h;
-            const double lp = loss();
-            v[i] = x - h;
-            const double lm = loss();
-            v[i] = x;
-            g[i] = (lp - lm) / (2 * h);
-        }
-        return g;
-    };
+    auto cd = [&loss](Vec& v) { return centralDifferences(v, loss); };
     auto plus = [](const std::vector<float>& g0, const Vec& d) {
         Vec v = toDouble(g0);
         for (size_t i = 0; i < v.size(); ++i) v[i] += d[i];

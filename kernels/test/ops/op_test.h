@@ -108,6 +108,8 @@ Compare rel(const std::string& what, const std::vector<float>& got, const std::v
 Compare relScalar(const std::string& what, double got, double ref, double tol);
 /** Bit-for-bit: err = number of values whose bit patterns differ (tol 0). */
 Compare bits(const std::string& what, const std::vector<float>& got, const std::vector<float>& want);
+/** Central differences of loss() over every element of v (each restored afterwards), step h: a double gradient. */
+std::vector<double> centralDifferences(std::vector<double>& v, const std::function<double()>& loss, double h = 1e-6);
 Compare bits16(const std::string& what, const std::vector<uint16_t>& got, const std::vector<uint16_t>& want);
 
 /** The [rows, width] block of a [rows, ld] buffer. */

@@ -92,25 +92,7 @@ class DataParallelCheckpointFuzzTest {
 
     /** Everything a load would change, as one array. */
     private static float[] fingerprint() {
-        List<float[]> parts = new java.util.ArrayList<>();
-        for (String n : model.parameterNames()) parts.add(model.getParameter(n));
-        OptimizerState s = trainer.exportOptimizerState();
-        for (String n : s.names()) {
-            parts.add(s.firstMoment(n));
-            parts.add(s.secondMoment(n));
-        }
-        parts.add(trainer.head().weight());
-        parts.add(trainer.head().bias());
-        parts.add(new float[] {trainer.stepCount(), (float) trainer.lossScale(), trainer.lossScalerCleanSteps()});
-        int n = 0;
-        for (float[] p : parts) n += p.length;
-        float[] all = new float[n];
-        int off = 0;
-        for (float[] p : parts) {
-            System.arraycopy(p, 0, all, off, p.length);
-            off += p.length;
-        }
-        return all;
+        return DataParallelCheckpointTest.fingerprint(trainer);
     }
 
     private static void write(Path file, byte[] content) {

@@ -77,31 +77,26 @@ class DataParallelCheckpointTest {
         for (AutoCloseable c : open) c.close();
     }
 
-    /** Everything a load changes, per replica: weights, moments, head, step count, loss scale, clean steps. */
+    /** Everything a load changes, per replica (see {@link #fingerprint(Trainer)}). */
     private List<float[]> fingerprints() {
         List<float[]> out = new ArrayList<>();
-        for (Trainer t : replicas) {
-            List<float[]> parts = new ArrayList<>();
-            for (String n : t.model().parameterNames()) parts.add(t.model().getParameter(n));
-            OptimizerState s = t.exportOptimizerState();
-            for (String n : s.names()) {
-                parts.add(s.firstMoment(n));
-                parts.add(s.secondMoment(n));
-            }
-            parts.add(t.head().weight());
-            parts.add(t.head().bias());
-            parts.add(new float[] {t.stepCount(), (float) t.lossScale(), t.lossScalerCleanSteps()});
-            int n = 0;
-            for (float[] p : parts) n += p.length;
-            float[] all = new float[n];
-            int off = 0;
-            for (float[] p : parts) {
-                System.arraycopy(p, 0, all, off, p.length);
-                off += p.length;
-            }
-            out.add(all);
-        }
+        for (Trainer t : replicas) out.add(fingerprint(t));
         return out;
+    }
+
+    /** Everything a checkpoint load changes in one trainer: weights, moments, head, step count, loss scale, clean steps. */
+    static float[] fingerprint(Trainer t) {
+        List<float[]> parts = new ArrayList<>();
+        for (String n : t.model().parameterNames()) parts.add(t.model().getParameter(n));
+        OptimizerState s = t.exportOptimizerState();
+        for (String n : s.names()) {
+            parts.add(s.firstMoment(n));
+            parts.add(s.secondMoment(n));
+        }
+        parts.add(t.head().weight());
+        parts.add(t.head().bias());
+        parts.add(new float[] {t.stepCount(), (float) t.lossScale(), t.lossScalerCleanSteps()});
+        return org.mamba4j.TestUtil.concat(parts);
     }
 
     /** The load must fail with a CheckpointException whose message contains {@code why}, changing no replica. */
