@@ -6,7 +6,7 @@
 //   tileStats  (one block per tile and row) per tile: the lowest NaN/+Inf id, the argmax key, the finite count
 //   tiles(0)   (one block per tile and row) each block reduces its row's tile results (block 0 writes them and
 //                                           finishes greedy and rejected rows), then p = exp64((w − max)/T), stored
-//   rowTopK    (one block per row)          the k-th largest w (candidate tiers, bitonic sort)
+//   rowTopK    (one block per row)          the k-th largest w (radix selection), the top-k set sorted
 //   tiles(1)   (rows with top-p)            tile sums of p masked by top-k → the tree for the norm
 //   rowTopP    (one block per row)          the nucleus: c += p/norm over the sorted candidates, one thread
 //   tiles(2)   (every sampling row)         tile sums of the final weights (top-k, top-p, min-p masks)
@@ -39,8 +39,8 @@ struct RowStats {
     double norm;
     float max, kth;   // kth: -Inf when top-k is off
     int32_t best, finite, done;
-    int32_t tier_n;   // top-k rows: rowTopK leaves the sorted keys of the tier that held the top-k set in the
-                      // row's global keys, tier_n of them (rowTopP's nucleus always lies within that set)
+    int32_t tier_n;   // top-k rows: rowTopK leaves the sorted top-k set (w >= kth) in the row's global keys,
+                      // tier_n of them (rowTopP's nucleus always lies within that set)
 };
 static_assert(sizeof(RowStats) <= 64, "RowStats must fit its scratch slot");
 
@@ -346,23 +346,93 @@ __global__ void __launch_bounds__(kThreads) tilesKernel(Plan P, int stage) {
     }
 }
 
+/** w's order as an unsigned key: larger w, larger key (-0 and +0 tie). */
+__device__ __forceinline__ uint32_t orderedBits(float w) {
+    const int32_t bits = __float_as_int(w == 0.0f ? 0.0f : w);
+    return static_cast<uint32_t>(bits ^ ((bits >> 31) & 0x7fffffff)) ^ 0x80000000u;
+}
+__device__ __forceinline__ float fromOrderedBits(uint32_t u) {
+    const int32_t asc = static_cast<int32_t>(u ^ 0x80000000u);
+    return __int_as_float(asc ^ ((asc >> 31) & 0x7fffffff));
+}
+
+/**
+ * The k-th largest finite w of the row (counting equal values), by radix selection over orderedBits: eight passes
+ * of 4-bit digits, each counting, per digit, the tokens that match the digits chosen so far (integer counts
+ * reduced across the block: exact in any order, no atomics). Reads the row 8 times and sorts nothing, however flat
+ * the distribution (a sort of every candidate took ~1 ms per row on a near-uniform 50,280-token row).
+ */
+__device__ float kthLargest(const Row& r, int vocab, int k) {
+    __shared__ int counts[kThreads / 32][16];
+    __shared__ uint32_t chosen;
+    __shared__ int left;
+    uint32_t prefix = 0, mask = 0;
+    if (threadIdx.x == 0) left = k;
+    for (int shift = 28; shift >= 0; shift -= 4) {
+        int c[16];
+#pragma unroll
+        for (int d = 0; d < 16; ++d) c[d] = 0;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float w = penalized(r, i);
+            const uint32_t u = orderedBits(w);
+            if (w > -INFINITY && (u & mask) == prefix) {
+                const int digit = static_cast<int>(u >> shift) & 15;
+#pragma unroll
+                for (int d = 0; d < 16; ++d) c[d] += digit == d;
+            }
+        }
+#pragma unroll
+        for (int d = 0; d < 16; ++d) {
+            for (int o = 16; o > 0; o >>= 1) c[d] += __shfl_xor_sync(0xffffffffu, c[d], o);
+            if ((threadIdx.x & 31) == 0) counts[threadIdx.x >> 5][d] = c[d];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int need = left, d = 15;
+            for (;; --d) {  // the digit, from the largest, where the k-th largest lies (some digit always holds it)
+                int n = 0;
+                for (int w = 0; w < kThreads / 32; ++w) n += counts[w][d];
+                if (n >= need || d == 0) break;
+                need -= n;
+            }
+            left = need;
+            chosen = static_cast<uint32_t>(d);
+        }
+        __syncthreads();
+        prefix |= chosen << shift;
+        mask |= 15u << shift;
+        __syncthreads();  // `chosen` is rewritten in the next pass
+    }
+    return fromOrderedBits(prefix);
+}
+
 __global__ void __launch_bounds__(kThreads) rowTopKKernel(Plan P) {
     pdlWait();
     __shared__ int64_t smem[kSmemKeys];
     for (int64_t b = blockIdx.x; b < P.a.batch; b += gridDim.x) {
         const Row r = rowOf(P, b);
         if (r.st->done || !topKActive(r)) continue;
-        for (int tier = 0; tier <= 2; ++tier) {
-            int n;
-            int64_t* keys = gatherTier(r, P.a.vocab, tier, smem, n);
-            if (n < r.prm.top_k && tier < 2) continue;
-            if (keys == smem)
-                for (int j = threadIdx.x; j < n; j += blockDim.x) r.keys[j] = smem[j];  // for rowTopP
-            if (threadIdx.x == 0) {
-                r.st->kth = keyValue(keys[r.prm.top_k - 1]);
-                r.st->tier_n = n;
-            }
-            break;
+        const float kth = kthLargest(r, P.a.vocab, r.prm.top_k);
+        // The top-k set (w >= kth: k tokens and the ties of the k-th), sorted for rowTopP.
+        int mine = 0;
+        for (int i = threadIdx.x; i < P.a.vocab; i += blockDim.x) mine += penalized(r, i) >= kth;
+        int n;
+        int at = blockExclusiveScan(mine, n);
+        int64_t* keys = n <= kSmemKeys ? smem : r.keys;
+        for (int i = threadIdx.x; i < P.a.vocab; i += blockDim.x) {
+            const float w = penalized(r, i);
+            if (w >= kth) keys[at++] = packDescending(w, i);
+        }
+        int64_t n2 = 1;
+        while (n2 < n) n2 <<= 1;
+        for (int64_t j = n + threadIdx.x; j < n2; j += blockDim.x) keys[j] = INT64_MAX;
+        __syncthreads();
+        bitonicSort(keys, n2);
+        if (keys == smem)
+            for (int j = threadIdx.x; j < n; j += blockDim.x) r.keys[j] = smem[j];
+        if (threadIdx.x == 0) {
+            r.st->kth = kth;
+            r.st->tier_n = n;
         }
         __syncthreads();
     }
@@ -380,7 +450,7 @@ __global__ void __launch_bounds__(kThreads) rowTopPKernel(Plan P) {
         const bool kActive = topKActive(r);
         const float kth = r.st->kth;
         for (int tier = 0; tier <= 2; ++tier) {
-            // A top-k row's candidates are rowTopK's sorted tier, which holds the whole top-k set: it decides.
+            // A top-k row's candidates are rowTopK's sorted top-k set: it decides.
             int n;
             int64_t* keys = kActive ? r.keys : gatherTier(r, P.a.vocab, tier, smem, n);
             if (kActive) n = r.st->tier_n;

@@ -35,7 +35,7 @@ void ck(cudaError_t e, const char* what) {
 }
 
 const char* tileName(TcTile t) {
-    static const char* names[] = {"decode32", "64x32", "128x128"};
+    static const char* names[] = {"decode16", "decode32", "64x32", "128x128"};
     return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
 }
 
@@ -111,7 +111,7 @@ void run(const Exec& e0, Problem& p, TcTile t) {
 }
 
 bool tileFits(TcTile t, int64_t rows) {
-    const bool decode = t == TcTile::kDecode32;
+    const bool decode = t == TcTile::kDecode16 || t == TcTile::kDecode32;
     return !decode || rows <= 16;
 }
 
@@ -241,7 +241,8 @@ int main(int argc, char** argv) {
         int out, in;
     };
     for (const S& s : {S{"130m in_proj", 3072, 768}, S{"130m out_proj", 768, 1536}, S{"1.4b in_proj", 8192, 2048},
-                       S{"2.8b in_proj", 10240, 2560}, S{"2.8b out_proj", 2560, 5120}})
-        for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
+                       S{"2.8b in_proj", 10240, 2560}, S{"2.8b out_proj", 2560, 5120},
+                       S{"2.8b x_proj", 192, 5120}, S{"2.8b dt_proj", 5120, 160}})
+        for (int64_t rows : {1, 8, 16, 64, 256, 4096}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
     return failures ? 1 : 0;
 }

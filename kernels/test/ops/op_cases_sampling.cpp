@@ -106,7 +106,7 @@ namespace {
 /** A row of a case: its settings and how its logits are made. */
 struct RowSpec {
     RowParams params;
-    enum Logits { Random, Ties, Flat, LongTail, NaNAt, PosInfAt, AllNegInf } logits = Random;
+    enum Logits { Random, Ties, Flat, NearFlat, LongTail, NaNAt, PosInfAt, AllNegInf } logits = Random;
     int banned = 0;       // -Inf tokens (random ids)
     int history = 0;      // seen ids (random)
     uint64_t seed = 1;
@@ -124,6 +124,9 @@ std::vector<float> makeLogits(Rng& rng, const RowSpec& s, int vocab) {
             break;
         case RowSpec::Flat:
             for (float& v : x) v = 0.5f;
+            break;
+        case RowSpec::NearFlat:  // an untrained model's logits: every token within 0.1 of the best, few exact ties
+            for (float& v : x) v = static_cast<float>(rng.uniform(-0.05, 0.05));
             break;
         case RowSpec::LongTail:  // one leader and a tail far below it holding most of the mass
             for (float& v : x) v = -11.0f + static_cast<float>(rng.uniform(-0.5, 0.5));
@@ -298,6 +301,12 @@ std::vector<Case> samplingCases() {
          row(params(1.0, 30000), RowSpec::LongTail, 0, 0, 23), row(params(1.0, 4000, 0.5), RowSpec::LongTail, 0, 0, 24),
          row(params(3.0, 0, 0.97), RowSpec::Random, 0, 0, 25), row(params(1.0, 0, 0.3, 0.0, 1.0f), RowSpec::Flat, 0, 0, 26)},
         2);
+    // Near-flat rows (an untrained model): the top-k set is found by selection, not by sorting the candidates.
+    add("vocab=50280 near-flat top-k", 50280, 0,
+        {row(params(0.8, 50, 0.95), RowSpec::NearFlat, 0, 0, 27), row(params(1.0, 1), RowSpec::NearFlat, 0, 0, 28),
+         row(params(0.8, 50, 0.95, 0.0, 1.2f), RowSpec::NearFlat, 0, 3000, 29), row(params(1.0, 50279), RowSpec::NearFlat, 0, 0, 30),
+         row(params(1.0, 2500, 0.9), RowSpec::NearFlat, 7, 0, 32)},
+        3);
     // Batches that need only some stages (the CUDA backend launches only those).
     add("vocab=5000 greedy rows only", 5000, 0,
         {row(params(0.0)), row(params(0.0, 0, 1, 0, 1.5f), RowSpec::Random, 0, 300), row(params(0.0), RowSpec::Ties)}, 3);

@@ -33,7 +33,11 @@ public final class NcclComm implements AutoCloseable {
     /** Why NCCL cannot be used in this process (a CPU-only libmamba, no {@code libnccl.so.2}), or null when it can. */
     public static String unavailableReason() {
         Native.load();
-        String why = NativeGuard.call(() -> libmamba.ncclUnavailableReason().getString());
+        // JavaCPP hands an empty std::string back as a null pointer: that is the "available" answer.
+        String why = NativeGuard.call(() -> {
+            var reason = libmamba.ncclUnavailableReason();
+            return reason == null ? "" : reason.getString();
+        });
         return why.isEmpty() ? null : why;
     }
 

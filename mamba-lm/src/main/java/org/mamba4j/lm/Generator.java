@@ -49,7 +49,7 @@ import org.mamba4j.MambaState;
  * give alone. With {@link org.mamba4j.GemmMode#DETERMINISTIC} they are the same bit for bit, because the logits are:
  * in that mode a row's products do not depend on the batch, and a prefill split into chunks equals one prefill.
  * In the other modes, batched products may differ from a lone run in the last bits, which can flip a near tie.
- * Decode steps can sample on the model's device ({@link Builder#deviceSampling}; the default on the CPU): the request's row of a
+ * Decode steps can sample on the model's device ({@link Builder#deviceSampling}; the default): the request's row of a
  * {@link org.mamba4j.DeviceSampler} continues its sampler's random stream with the same history, and the device
  * follows TokenSampler's rule bit for bit, so the tokens are the same; only token ids cross to the host.
  *
@@ -560,7 +560,7 @@ public final class Generator implements AutoCloseable {
 
         /**
          * Whether decode steps sample on the model's device (default: the language model's {@link MambaLM#deviceSampling()},
-         * which is on for the CPU and, until the CUDA sampler has run on a GPU, off for CUDA): only token ids cross, and the tokens are
+         * on unless switched off there): only token ids cross, and the tokens are
          * those of host sampling (the same rule and arithmetic, {@link TokenSampler}). The first token of each request
          * is sampled on the host from its prefill's logits either way. A NaN/+Inf row then fails every request of that
          * step (the host path fails only its own request).

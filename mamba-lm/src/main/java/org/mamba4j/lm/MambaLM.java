@@ -43,7 +43,7 @@ public final class MambaLM implements AutoCloseable {
             throw new IllegalArgumentException("vocabSize = " + vocabSize + " must be in [1, " + model.vocabSize() + "]");
         this.vocabSize = vocabSize;
         this.tokenizer = tokenizer;
-        this.deviceSampling = deviceSamplingByDefault(model);
+        this.deviceSampling = true;
     }
 
     /**
@@ -211,18 +211,8 @@ public final class MambaLM implements AutoCloseable {
         if (!idle.compareAndSet(null, s)) s.close();
     }
 
-    /** Whether {@link #generate} samples on the model's device (default: {@link #deviceSamplingByDefault}). */
+    /** Whether {@link #generate} samples on the model's device (default: true, on the CPU and on CUDA alike). */
     public boolean deviceSampling() { return deviceSampling; }
-
-    /**
-     * The default of {@link #setDeviceSampling} (which {@link Generator.Builder#deviceSampling} follows): on for CPU models;
-     * off for CUDA models for now — the CUDA sampler is built and checked against the same rule by op cases and
-     * {@code DeviceSamplingGpuTest}, but those have not yet run on a GPU, and an unchecked kernel must not choose
-     * every user's tokens. Switch it on with {@code setDeviceSampling(true)}.
-     */
-    public static boolean deviceSamplingByDefault(MambaModel model) {
-        return model.device().isCpu();
-    }
 
     /**
      * Samples on the model's device (true) or on the host with {@link TokenSampler} (false: every step copies all

@@ -37,7 +37,7 @@ class GeneratorGpuTest {
     @Test
     void deterministicRequestsEqualTheirSoloRunsBitForBit() throws Exception {
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba1(), Device.cuda(0), GemmMode.DETERMINISTIC, false)) {
-            lm.setDeviceSampling(true);  // the CUDA sampler (off by default until it has run on a GPU), solo runs too
+            lm.setDeviceSampling(true);  // (the default) the CUDA sampler for the solo runs too
             GeneratorTest.everyRequestEqualsItsSoloRun(lm, 40, 8, FORWARD_TOLERANCE);
         }
         try (MambaLM lm = TinyLanguageModels.lm(TinyLanguageModels.mamba3(), Device.cuda(0), GemmMode.DETERMINISTIC, false)) {

@@ -15,14 +15,14 @@ import org.mamba4j.TestUtil;
 import org.mamba4j.Trainer;
 
 /**
- * The GPU soak of docs/reliability.md (scripts/device-soak.sh runs it; prepared, not run yet). Two modes:
+ * The GPU soak of docs/reliability.md (scripts/device-soak.sh runs it). Two modes:
  * <ul>
  *   <li>{@code soak MINUTES} (default 10): round after round of batched generation (batch 1-16, prompts of 1-256
  *       tokens) on a BF16 language model of the 130m shape, prefill, five training steps of an F32 backbone, and
- *       every minute a reload of the language model from its checkpoint. Every 10 s it prints device memory in
- *       use, the host's VmRSS and generated tokens per second. It fails (exit 1) on any error, if device memory
- *       or VmRSS at the end exceeds the end of the first minute by more than 64 MiB, or if the last minute's
- *       generation throughput differs from the first full minute's by more than 5%.
+ *       every minute a reload of the language model from its checkpoint. Every 10 s (after a GC) it prints device
+ *       memory in use, native host memory (VmRSS − committed heap), the Java heap in use and the last workload
+ *       cycle's generation rate. It fails (exit 1) on any error, or when {@link #verdict} finds memory growth over
+ *       64 MiB or a generation rate that moved by more than 5% (second minute against the last).
  *   <li>{@code cycles N} (default 100,000): create / use / close cycles of a small model, state, tensors and
  *       trainer on the GPU; device memory in use must be back within 16 MiB of where it was after 1,000 cycles.
  * </ul>
@@ -53,36 +53,49 @@ public final class GpuSoak {
         }
         Random rng = new Random(7);
         long start = System.nanoTime(), end = start + minutes * 60_000_000_000L;
-        List<long[]> samples = new ArrayList<>();  // {second, device bytes used, VmRSS KiB, tokens in the interval}
-        long tokens = 0, nextSample = start + 10_000_000_000L, nextReload = start + 60_000_000_000L;
+        List<long[]> samples = new ArrayList<>();  // {second, device bytes used, native bytes, heap bytes used after GC}
+        List<double[]> cycleStats = new ArrayList<>();  // per workload cycle: {end second, tokens, generate seconds}
+        long tokens = 0, genNanos = 0, nextSample = start + 10_000_000_000L, nextReload = start + 60_000_000_000L;
         MambaLM lm = new MambaLM(MambaModel.load(file, gpu, DType.BF16), 50277, null);
         try (MambaModel backbone = MambaModel.builder(Mamba1Config.builder().dModel(512).layers(8).build()).inputDim(64)
                 .device(gpu).seed(2).build();
              Trainer trainer = Trainer.builder(backbone).batch(8).seqLen(128).clipGradNorm(1).build()) {
             float[] x = TestUtil.random(rng, 8 * 128 * 64, 1), target = TestUtil.random(rng, 8 * 128 * 512, 1);
             int[] batches = {1, 2, 4, 8, 16}, lengths = {1, 17, 64, 256};
+            int cycle = batches.length * lengths.length;  // rounds until the mix of batches and lengths repeats
             for (int round = 0; System.nanoTime() < end; round++) {
                 int b = batches[round % batches.length], t = lengths[(round / batches.length) % lengths.length];
                 int[][] prompts = new int[b][t];
                 for (int[] p : prompts) for (int i = 0; i < t; i++) p[i] = rng.nextInt(50277);
                 long[] made = {0};
+                long g0 = System.nanoTime();
                 lm.generate(prompts, Sampling.ofTemperature(0.8).seed(round).maxNewTokens(32), (row, tok) -> made[0]++);
+                genNanos += System.nanoTime() - g0;
                 tokens += made[0];
                 try (MambaState s = lm.model().newState(b)) {
                     lm.model().prefillTokens(s, new int[b * t], t, new float[b * 50280]);
                 }
                 for (int i = 0; i < 5; i++) trainer.stepMse(x, target);
                 long now = System.nanoTime();
+                if ((round + 1) % cycle == 0) {
+                    cycleStats.add(new double[] {(now - start) / 1e9, tokens, genNanos / 1e9});
+                    tokens = 0;
+                    genNanos = 0;
+                }
                 if (now >= nextReload) {
                     lm.close();
                     lm = new MambaLM(MambaModel.load(file, gpu, DType.BF16), 50277, null);
                     nextReload += 60_000_000_000L;
                 }
                 if (now >= nextSample) {
-                    samples.add(new long[] {(now - start) / 1_000_000_000L, deviceUsed(gpu), TestUtil.rssKiB(), tokens});
-                    System.out.printf("t=%4d s  device used %6d MiB  VmRSS %6d MiB  %7.1f tokens/s%n", (now - start) / 1_000_000_000L,
-                            deviceUsed(gpu) / MIB, TestUtil.rssKiB() / 1024, tokens / 10.0);
-                    tokens = 0;
+                    System.gc();  // heap garbage is not a leak: memory is read after a collection
+                    Runtime rt = Runtime.getRuntime();
+                    long heapUsed = rt.totalMemory() - rt.freeMemory(), nativeBytes = TestUtil.rssKiB() * 1024 - rt.totalMemory();
+                    long sec = (now - start) / 1_000_000_000L;
+                    samples.add(new long[] {sec, deviceUsed(gpu), nativeBytes, heapUsed});
+                    double[] c = cycleStats.isEmpty() ? null : cycleStats.get(cycleStats.size() - 1);
+                    System.out.printf("t=%4d s  device used %6d MiB  native %6d MiB  heap %5d MiB  last cycle %7.1f tokens/s%n", sec,
+                            deviceUsed(gpu) / MIB, nativeBytes / MIB, heapUsed / MIB, c == null ? 0 : c[1] / c[2]);
                     nextSample += 10_000_000_000L;
                 }
             }
@@ -90,24 +103,41 @@ public final class GpuSoak {
             lm.close();
             Files.deleteIfExists(file);
         }
-        return verdict(samples);
+        return verdict(samples, cycleStats, minutes * 60);
     }
 
-    /** The first minute warms up (graphs, pools); compare its end with the run's end, and tokens/s per minute. */
-    private static boolean verdict(List<long[]> samples) {
-        if (samples.size() < 12) {
+    /**
+     * The first minute warms up (graphs, pools). Memory: the largest reading of the second minute against the largest
+     * of the last (device memory in use; native = VmRSS − the committed Java heap; Java heap in use after a GC).
+     * Throughput: generated tokens per second spent in generate, over the whole workload cycles that ended in the
+     * second minute and in the last one (every cycle has the same mix of batch sizes and prompt lengths).
+     */
+    private static boolean verdict(List<long[]> samples, List<double[]> cycleStats, int seconds) {
+        if (seconds < 180 || samples.size() < 12) {
             System.out.println("soak: too short for a verdict (" + samples.size() + " samples)");
             return false;
         }
-        long[] warm = samples.get(5), last = samples.get(samples.size() - 1);
-        double firstMinute = 0, lastMinute = 0;
-        for (int i = 6; i < 12; i++) firstMinute += samples.get(i)[3];
-        for (int i = samples.size() - 6; i < samples.size(); i++) lastMinute += samples.get(i)[3];
-        long deviceGrowth = last[1] - warm[1], hostGrowthKiB = last[2] - warm[2];
-        double change = lastMinute / firstMinute - 1;
-        System.out.printf("soak: device %d -> %d MiB, VmRSS %d -> %d MiB, tokens/s first minute %.1f, last %.1f (%+.1f%%)%n",
-                warm[1] / MIB, last[1] / MIB, warm[2] / 1024, last[2] / 1024, firstMinute / 60, lastMinute / 60, 100 * change);
-        return deviceGrowth <= 64 * MIB && hostGrowthKiB <= 64 * 1024 && Math.abs(change) <= 0.05;
+        long[] early = new long[4], late = new long[4];
+        for (long[] s : samples)
+            for (int k = 1; k < 4; k++) {
+                if (s[0] > 60 && s[0] <= 120) early[k] = Math.max(early[k], s[k]);
+                if (s[0] > seconds - 60) late[k] = Math.max(late[k], s[k]);
+            }
+        double[] first = {0, 0}, last = {0, 0};
+        for (double[] c : cycleStats) {
+            double[] into = c[0] > 60 && c[0] <= 120 ? first : c[0] > seconds - 60 ? last : null;
+            if (into != null) {
+                into[0] += c[1];
+                into[1] += c[2];
+            }
+        }
+        double firstRate = first[0] / first[1], lastRate = last[0] / last[1], change = lastRate / firstRate - 1;
+        System.out.printf("soak: device %d -> %d MiB, native %d -> %d MiB, heap after GC %d -> %d MiB (second minute -> last"
+                        + " minute, largest readings); generate tokens/s %.1f -> %.1f (%+.1f%%); %d workload cycles%n",
+                early[1] / MIB, late[1] / MIB, early[2] / MIB, late[2] / MIB, early[3] / MIB, late[3] / MIB, firstRate, lastRate,
+                100 * change, cycleStats.size());
+        return late[1] - early[1] <= 64 * MIB && late[2] - early[2] <= 64 * MIB && late[3] - early[3] <= 64 * MIB
+                && Math.abs(change) <= 0.05;
     }
 
     private static boolean cycles(Device gpu, int n) {

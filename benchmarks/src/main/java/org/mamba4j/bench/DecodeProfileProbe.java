@@ -1,0 +1,43 @@
+package org.mamba4j.bench;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.FloatBuffer;
+import java.util.Random;
+import org.mamba4j.DType;
+import org.mamba4j.Device;
+import org.mamba4j.GemmMode;
+import org.mamba4j.Mamba1Config;
+import org.mamba4j.MambaModel;
+import org.mamba4j.MambaState;
+
+/**
+ * A fixed decode workload for a kernel profiler (scripts/device-profile.sh runs it under ncu): a random Mamba-1
+ * backbone of the given shape on CUDA device 0, graphs off, `warm` steps and then `steps` steps of batch B. The
+ * profiler attributes each kernel's time; this program only makes the launches repeatable.
+ *
+ * <pre>java ... DecodeProfileProbe D_MODEL LAYERS DTYPE BATCH MODE [STEPS]</pre>
+ */
+public final class DecodeProfileProbe {
+    private DecodeProfileProbe() {}
+
+    public static void main(String[] args) {
+        int dModel = Integer.parseInt(args[0]), layers = Integer.parseInt(args[1]);
+        DType dtype = DType.valueOf(args[2]);
+        int batch = Integer.parseInt(args[3]);
+        GemmMode mode = GemmMode.valueOf(args[4]);
+        int steps = args.length > 5 ? Integer.parseInt(args[5]) : 3;
+        Mamba1Config config = Mamba1Config.builder().dModel(dModel).layers(layers).dState(16).dConv(4).expand(2).build();
+        try (MambaModel m = MambaModel.builder(config).device(Device.cuda(0)).dtype(dtype).gemmMode(mode).seed(7).build();
+                MambaState s = m.newState(batch)) {
+            m.setCudaGraphs(false);
+            Random rng = new Random(1);
+            FloatBuffer x = ByteBuffer.allocateDirect(4 * batch * dModel).order(ByteOrder.nativeOrder()).asFloatBuffer();
+            FloatBuffer y = ByteBuffer.allocateDirect(4 * batch * dModel).order(ByteOrder.nativeOrder()).asFloatBuffer();
+            for (int i = 0; i < batch * dModel; i++) x.put(i, rng.nextFloat() * 2 - 1);
+            for (int i = 0; i < 2 + steps; i++) m.step(s, x, y);
+            System.out.printf("profiled %d steps: d_model %d, %d layers, %s, B = %d, %s; y[0] = %g%n", steps, dModel, layers,
+                    dtype, batch, mode, y.get(0));
+        }
+    }
+}
