@@ -6,7 +6,7 @@
 //   tileStats  (one block per tile and row) per tile: the lowest NaN/+Inf id, the argmax key, the finite count
 //   tiles(0)   (one block per tile and row) each block reduces its row's tile results (block 0 writes them and
 //                                           finishes greedy and rejected rows), then p = exp64((w − max)/T), stored
-//   rowTopK    (one block per row)          the k-th largest w (radix selection), the top-k set sorted
+//   rowTopK    (one block per row)          the k-th largest w and the top-k set, sorted (no full sort)
 //   tiles(1)   (rows with top-p)            tile sums of p masked by top-k → the tree for the norm
 //   rowTopP    (one block per row)          the nucleus: c += p/norm over the sorted candidates, one thread
 //   tiles(2)   (every sampling row)         tile sums of the final weights (top-k, top-p, min-p masks)
@@ -406,29 +406,74 @@ __device__ float kthLargest(const Row& r, int vocab, int k) {
     return fromOrderedBits(prefix);
 }
 
+/**
+ * Sorts the finite tokens with w >= `floor` into `keys` (n of them, padded with INT64_MAX to a power of two).
+ * `keys` must hold the padded count.
+ */
+__device__ void sortAtLeast(const Row& r, int vocab, float floor, int64_t* keys, int n) {
+    int mine = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) mine += penalized(r, i) >= floor;
+    int total;
+    int at = blockExclusiveScan(mine, total);
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float w = penalized(r, i);
+        if (w >= floor) keys[at++] = packDescending(w, i);
+    }
+    int64_t n2 = 1;
+    while (n2 < n) n2 <<= 1;
+    for (int64_t j = n + threadIdx.x; j < n2; j += blockDim.x) keys[j] = INT64_MAX;
+    __syncthreads();
+    bitonicSort(keys, n2);
+}
+
+/** Finite tokens with w >= floor (-Inf never counts). */
+__device__ int countAtLeast(const Row& r, int vocab, float floor) {
+    int mine = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float w = penalized(r, i);
+        mine += w > -INFINITY && w >= floor;
+    }
+    return blockReduce(mine, SumOp());
+}
+
+/**
+ * The k-th largest w of a row and its top-k set (w >= kth), sorted into r.keys (tier_n keys). Fast path (k <=
+ * kThreads): the k-th largest of the threads' maxima is a floor below which no top-k token lies (k distinct tokens
+ * reach it), so only the tokens above that floor are sorted — three passes over the row. When that floor lets
+ * too many tokens through (ties, tiny rows), radix selection finds the k-th value instead (kthLargest).
+ */
 __global__ void __launch_bounds__(kThreads) rowTopKKernel(Plan P) {
     pdlWait();
     __shared__ int64_t smem[kSmemKeys];
     for (int64_t b = blockIdx.x; b < P.a.batch; b += gridDim.x) {
         const Row r = rowOf(P, b);
         if (r.st->done || !topKActive(r)) continue;
-        const float kth = kthLargest(r, P.a.vocab, r.prm.top_k);
-        // The top-k set (w >= kth: k tokens and the ties of the k-th), sorted for rowTopP.
-        int mine = 0;
-        for (int i = threadIdx.x; i < P.a.vocab; i += blockDim.x) mine += penalized(r, i) >= kth;
-        int n;
-        int at = blockExclusiveScan(mine, n);
-        int64_t* keys = n <= kSmemKeys ? smem : r.keys;
-        for (int i = threadIdx.x; i < P.a.vocab; i += blockDim.x) {
-            const float w = penalized(r, i);
-            if (w >= kth) keys[at++] = packDescending(w, i);
+        const int k = r.prm.top_k, vocab = P.a.vocab;
+        float kth = -INFINITY;
+        int n = 0;
+        if (k <= kThreads) {
+            float m = -INFINITY;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, penalized(r, i));
+            smem[threadIdx.x] = packDescending(m, threadIdx.x);
+            __syncthreads();
+            bitonicSort(smem, kThreads);
+            const float floor = keyValue(smem[k - 1]);
+            __syncthreads();
+            const int c = floor > -INFINITY ? countAtLeast(r, vocab, floor) : INT_MAX;
+            if (c <= kSmemKeys) {
+                sortAtLeast(r, vocab, floor, smem, c);
+                kth = keyValue(smem[k - 1]);
+                int mine = 0;
+                for (int j = threadIdx.x; j < c; j += blockDim.x) mine += keyValue(smem[j]) >= kth;
+                n = blockReduce(mine, SumOp());
+            }
         }
-        int64_t n2 = 1;
-        while (n2 < n) n2 <<= 1;
-        for (int64_t j = n + threadIdx.x; j < n2; j += blockDim.x) keys[j] = INT64_MAX;
-        __syncthreads();
-        bitonicSort(keys, n2);
-        if (keys == smem)
+        if (n == 0) {  // radix selection, then the set sorted where it fits
+            kth = kthLargest(r, vocab, k);
+            n = countAtLeast(r, vocab, kth);
+            sortAtLeast(r, vocab, kth, n <= kSmemKeys ? smem : r.keys, n);
+        }
+        if (n <= kSmemKeys)
             for (int j = threadIdx.x; j < n; j += blockDim.x) r.keys[j] = smem[j];
         if (threadIdx.x == 0) {
             r.st->kth = kth;

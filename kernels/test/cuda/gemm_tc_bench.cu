@@ -35,7 +35,7 @@ void ck(cudaError_t e, const char* what) {
 }
 
 const char* tileName(TcTile t) {
-    static const char* names[] = {"decode16", "decode32", "64x32", "128x128"};
+    static const char* names[] = {"decode32", "64x32", "128x128"};
     return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
 }
 
@@ -111,7 +111,7 @@ void run(const Exec& e0, Problem& p, TcTile t) {
 }
 
 bool tileFits(TcTile t, int64_t rows) {
-    const bool decode = t == TcTile::kDecode16 || t == TcTile::kDecode32;
+    const bool decode = t == TcTile::kDecode32;
     return !decode || rows <= 16;
 }
 

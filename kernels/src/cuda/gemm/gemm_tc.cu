@@ -397,7 +397,6 @@ template <typename T>
 void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
     const T* p = static_cast<const T*>(xp);
     switch (tile) {
-        case TcTile::kDecode16: launchDecode<T, 1>(ex, a); break;
         case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
         case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
@@ -407,12 +406,12 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
 
 /**
  * The tile for a shape (speed only: every tile computes the same bits), from the H200 tile table in
- * docs/benchmarks.md: up to 16 aligned rows stream the weights with x kept in f32 on chip (no packing launch),
- * 16-column tiles where 32-column ones would leave SMs idle (narrow products such as x_proj); 128×128 tiles once
- * they fill the GPU; 64×32 tiles (many blocks, deep pipeline) for everything between.
+ * docs/benchmarks.md: one row of a wide product streams the weights with x kept in f32 on chip; 128×128 tiles
+ * once they fill the GPU; 64×32 tiles (many blocks, deep pipeline) for everything between — also for 2…16 rows,
+ * where the decode tile's f32 x stages cost more than the packing launch (tried 2026-12-01: 1.6–2.7× slower).
  */
 TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
-    if (rows <= 16 && xvec) return blocksFor(out, 32) >= 2 * ex.sms ? TcTile::kDecode32 : TcTile::kDecode16;
+    if (rows == 1 && xvec && out >= 4096) return TcTile::kDecode32;
     const int64_t blocks128 = ((rows + 127) / 128) * ((out + 127) / 128);
     return rows > 64 && blocks128 >= ex.sms ? TcTile::k128x128 : TcTile::k64x32;
 }
@@ -438,7 +437,7 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, xvec);
     const bool bf16 = wdtype == DTYPE_BF16;
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
-    if (tile == TcTile::kDecode16 || tile == TcTile::kDecode32) {
+    if (tile == TcTile::kDecode32) {
         if (rows > 16 || !xvec) throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
         if (bf16) launchTile<__nv_bfloat16>(ex, a, nullptr, tile);
         else launchTile<__half>(ex, a, nullptr, tile);

@@ -19,7 +19,7 @@ bool tensorTierTakes(const void* w, int wdtype, int in);
 bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
 
 /** Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks. */
-enum class TcTile { kAuto = -1, kDecode16, kDecode32, k64x32, k128x128, kCount };
+enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kCount };
 
 /**
  * y[r, 0:out] = beta·y[r] + x[r]·Wᵀ (+ bias), W [out, in] bf16/f16 row-major (tensorTierTakes), x f32 rounded
