@@ -97,41 +97,6 @@ __device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int
     return acc + (p.bias ? p.bias[d] : 0.f);
 }
 
-/**
- * A lane's NS consecutive states (or A values) p[n0 … n0 + NS) where they exist, else `fill`: one 16-byte load per
- * four states when the run is whole and aligned (the common case: N a multiple of 4), which keeps a warp's state
- * traffic to whole 512-byte segments instead of four strided 4-byte loads per thread.
- */
-template <int NS>
-__device__ __forceinline__ void loadRun(const float* p, int n0, int N, float (&v)[NS], float scale = 1.f) {
-    if (NS % 4 == 0 && n0 + NS <= N && (reinterpret_cast<uintptr_t>(p + n0) & 15) == 0) {
-#pragma unroll
-        for (int i = 0; i < NS; i += 4) {
-            const float4 q = *reinterpret_cast<const float4*>(p + n0 + i);
-            v[i] = q.x * scale;
-            v[i + 1] = q.y * scale;
-            v[i + 2] = q.z * scale;
-            v[i + 3] = q.w * scale;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < NS; ++i) v[i] = n0 + i < N ? p[n0 + i] * scale : 0.f;
-    }
-}
-
-/** Stores a lane's states back: the counterpart of loadRun. */
-template <int NS>
-__device__ __forceinline__ void storeRun(float* p, int n0, int N, const float (&v)[NS]) {
-    if (NS % 4 == 0 && n0 + NS <= N && (reinterpret_cast<uintptr_t>(p + n0) & 15) == 0) {
-#pragma unroll
-        for (int i = 0; i < NS; i += 4) *reinterpret_cast<float4*>(p + n0 + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < NS; ++i)
-            if (n0 + i < N) p[n0 + i] = v[i];
-    }
-}
-
 template <int NS, bool FUSE, bool CKPT>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const ScanArgs& s = k.s;
@@ -151,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const int n0 = lane * NS;
 
     float a2[NS], h[NS];
-    loadRun<NS>(s.a + static_cast<int64_t>(d) * N, n0, N, a2, kLog2e);
+#pragma unroll
+    for (int i = 0; i < NS; ++i) a2[i] = n0 + i < N ? s.a[static_cast<int64_t>(d) * N + n0 + i] * kLog2e : 0.f;
     pdlWait();
     pdlLaunchDependents();
 
@@ -159,10 +125,8 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const int64_t ws_row = (static_cast<int64_t>(b) * k.chunks + c) * E + d;  // (b, c, d) in the workspace
     if (k.mode == kWhole) hsrc = s.h + b * s.h_stride + static_cast<int64_t>(d) * N;
     else hsrc = k.ws_h + ws_row * N;
-    if (k.mode != kChunkLocal) loadRun<NS>(hsrc, n0, N, h);
-    else
 #pragma unroll
-        for (int i = 0; i < NS; ++i) h[i] = 0.f;
+    for (int i = 0; i < NS; ++i) h[i] = (k.mode != kChunkLocal && n0 + i < N) ? hsrc[n0 + i] : 0.f;
 
     const float dskip = s.d_skip[d];
     const int t0 = c * k.chunk;
@@ -218,7 +182,9 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
         if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
     }
     if (!active || k.mode == kChunkOutput) return;
-    storeRun<NS>(hsrc, n0, N, h);
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+        if (n0 + i < N) hsrc[n0 + i] = h[i];
     if (k.mode == kChunkLocal && lane == 0) k.ws_sum[ws_row] = dsum;
 }
 
