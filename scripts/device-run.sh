@@ -3,6 +3,7 @@
 # after `mvn -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm benchmarks` here, and the op test as device-optest.sh says):
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
+#   engine: the continuous-batching engine under 1/16/64/256 concurrent clients (EngineBench)
 #   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
@@ -17,6 +18,7 @@ for step in $steps; do
     tests) bash .device/run.sh tests --include-tag gpu 2>&1 | tee "$OUT/gpu_tests.log" | grep -vE '^\s+at ' | tail -80 ;;
     bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log"
            bash .device/run.sh main org.mamba4j.bench.GpuGenerateBench 2>&1 | tee "$OUT/generate_bench.log" ;;
+    engine) bash .device/run.sh main org.mamba4j.bench.EngineBench --device cuda 2>&1 | tee "$OUT/engine_bench.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
