@@ -16,7 +16,6 @@ import java.util.stream.Stream;
 import org.mamba4j.AdamW;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.Mamba3Config;
-import org.mamba4j.ModelConfig;
 import org.mamba4j.StepResult;
 import org.mamba4j.Trainer;
 import org.mamba4j.lm.MambaLM;
@@ -30,7 +29,9 @@ import picocli.CommandLine.Model.CommandSpec;
 
 /**
  * {@code mamba4j finetune}: trains a model folder on a text file (next-token cross-entropy, AdamW) and writes the
- * result as a new folder in the official state-spaces/mamba layout, tokenizer files copied along.
+ * result as a new folder, tokenizer files copied along: a Mamba-1 model in the HuggingFace transformers layout
+ * ({@link MambaLM#savePretrained}: {@code MambaForCausalLM.from_pretrained} loads it), a Mamba-3 model in the official
+ * state-spaces/mamba layout ({@link MambaLM#saveOfficial}; transformers has no Mamba-3 class).
  *
  * <p>The text is tokenized whole with the folder's tokenizer and cut into windows of {@code --seq-len + 1} tokens
  * (ids = the first T, targets = the last T): consecutive windows start T tokens apart, so every next-token pair of
@@ -41,9 +42,9 @@ import picocli.CommandLine.Model.CommandSpec;
 @Command(name = "finetune", mixinStandardHelpOptions = true, versionProvider = Version.class,
         description = {"Fine-tune a model folder on a text file (next-token cross-entropy, AdamW) and write the result as a new"
                 + " folder, loadable by every command and by MambaLM.fromPretrained.",
-                "The output is in the official state-spaces/mamba layout (config.json + model.safetensors, tokenizer files copied"
-                        + " along) for Mamba-3 and Mamba-1 alike: a Mamba-1 HuggingFace folder comes back in the official layout,"
-                        + " not the transformers one."})
+                "The output (config.json + model.safetensors, tokenizer files copied along) is a HuggingFace transformers folder"
+                        + " for a Mamba-1 model (MambaForCausalLM.from_pretrained loads it) and an official state-spaces/mamba"
+                        + " folder for a Mamba-3 model (transformers has no Mamba-3 class)."})
 final class FinetuneCommand implements Callable<Integer> {
     @Spec CommandSpec spec;
     @Mixin ModelOptions model;
@@ -108,7 +109,7 @@ final class FinetuneCommand implements Callable<Integer> {
                 if (t >= lm.vocabSize())
                     throw new IllegalArgumentException("the tokenizer produced id " + t + ", outside the model's vocabulary of "
                             + lm.vocabSize() + ": tokenizer.json does not belong to this model");
-            requireOfficialNormEps(lm.model().config());
+            if (lm.model().config() instanceof Mamba3Config c) requireOfficialNormEps(c);
             if (!Trainer.supports(lm.model().device()))
                 throw new IllegalArgumentException("this build cannot train on " + lm.model().device());
             int[] ids = new int[batch * seqLen], targets = new int[batch * seqLen];
@@ -193,12 +194,11 @@ final class FinetuneCommand implements Callable<Integer> {
         if (!empty) throw new IllegalArgumentException("the output exists and is not an empty folder: " + target + " (choose a new --output)");
     }
 
-    /** The official config.json has no field for the norm epsilon: checked before training, not after. */
-    private static void requireOfficialNormEps(ModelConfig config) {
-        float eps = config instanceof Mamba1Config c ? c.normEps() : config instanceof Mamba3Config c ? c.normEps() : 1e-5f;
-        if (eps != 1e-5f)
-            throw new IllegalArgumentException("the model's norm epsilon is " + eps + ": the official layout finetune writes"
-                    + " fixes it to 1e-5 (save from Java with MambaModel.save instead)");
+    /** The official config.json (Mamba-3's output) has no field for the norm epsilon: checked before training. */
+    private static void requireOfficialNormEps(Mamba3Config config) {
+        if (config.normEps() != 1e-5f)
+            throw new IllegalArgumentException("the model's norm epsilon is " + config.normEps() + ": the official layout finetune"
+                    + " writes for Mamba-3 fixes it to 1e-5 (save from Java with MambaModel.save instead)");
     }
 
     /** Writes the folder next to {@code target} under a temporary name, then renames it into place. */
@@ -212,7 +212,8 @@ final class FinetuneCommand implements Callable<Integer> {
             throw new UncheckedIOException("cannot create a folder in " + parent + ": " + e.getMessage(), e);
         }
         try {
-            lm.saveOfficial(tmp);
+            if (lm.model().config() instanceof Mamba1Config) lm.savePretrained(tmp);
+            else lm.saveOfficial(tmp);
             ConvertCommand.copyTokenizer(model.model, tmp);
             if (writesCurve()) lossCurve.writePng(tmp.resolve(curve));
             requireFreeOutput(target);

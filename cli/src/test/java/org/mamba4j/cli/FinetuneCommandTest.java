@@ -77,6 +77,11 @@ class FinetuneCommandTest {
             try (Stream<Path> s = Files.list(dir)) {
                 assertTrue(s.noneMatch(p -> p.getFileName().toString().contains(".tmp-")), "no temporary folder left");
             }
+            // Mamba-1 comes back as a transformers folder (MambaConfig keys), Mamba-3 as an official one
+            String config = Files.readString(out.resolve("config.json"));
+            boolean m1 = model == mamba1;
+            assertEquals(m1, config.contains("\"model_type\" : \"mamba\"") && config.contains("\"hidden_size\""), config);
+            assertEquals(!m1, config.contains("\"d_model\""), config);
             try (MambaLM base = MambaLM.fromPretrained(model, Device.cpu(), DType.F32);
                  MambaLM tuned = MambaLM.fromPretrained(out, Device.cpu(), DType.F32)) {
                 assertEquals(base.model().config().getClass(), tuned.model().config().getClass());
@@ -184,7 +189,8 @@ class FinetuneCommandTest {
         String help = run(0, "finetune", "--help")[0];
         assertTrue(help.contains("--seq-len") && help.contains("--lr") && help.contains("--weight-decay") && help.contains("--clip"), help);
         String flat = help.replaceAll("\\s+", " ");
-        assertTrue(flat.contains("official state-spaces/mamba layout") && flat.contains("not the transformers one"), help);
+        assertTrue(flat.contains("HuggingFace transformers folder for a Mamba-1 model") && flat.contains("official state-spaces/mamba"
+                + " folder for a Mamba-3 model"), help);
         assertTrue(run(0, "--help")[0].contains("finetune"));
     }
 }

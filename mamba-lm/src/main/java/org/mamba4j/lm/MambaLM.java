@@ -96,6 +96,27 @@ public final class MambaLM implements AutoCloseable {
         OfficialFolder.write(this, dir);
     }
 
+    /**
+     * Writes this Mamba-1 language model as a HuggingFace transformers folder ({@code config.json} with
+     * {@code MambaConfig}'s keys, {@code model.safetensors} in f32 with transformers' names; a tied head is not
+     * stored), which {@code MambaForCausalLM.from_pretrained(dir)} and {@link #fromPretrained} both load. transformers
+     * has a single vocabulary size, so {@code vocab_size} is the embedding's (padded) row count. Each file is written
+     * atomically (temporary file + rename), the weights first; copy {@code tokenizer.json} next to them to keep it.
+     *
+     * <pre>{@code
+     * lm.savePretrained(Path.of("my-model"));
+     * // Python: MambaForCausalLM.from_pretrained("my-model")
+     * }</pre>
+     *
+     * @throws IllegalStateException for a Mamba-3 model (transformers has no class for it: use {@link #saveOfficial}),
+     *     or a closed model
+     * @throws org.mamba4j.CheckpointException when a file cannot be written
+     */
+    public void savePretrained(Path dir) {
+        Objects.requireNonNull(dir, "dir");
+        HfFolder.write(this, dir);
+    }
+
     /** The model (for parameters, saving, states). */
     public MambaModel model() { return model; }
     /** The real vocabulary size (≤ the padded rows of the embedding). */
