@@ -26,6 +26,29 @@ SHAPES = {
 }
 
 
+def condition(model, shape):
+    """Re-initialises a fresh MambaForCausalLM the way a freshly initialised official model is conditioned."""
+    with torch.no_grad():
+        # transformers' own init draws every Linear from N(0, 0.1): at 768 wide and 24 layers that net is
+        # chaotic (f32 vs f64 logits already differ by ~5e-4, bf16 by KL ~ 2). Use the conditioning of a
+        # freshly initialised official model instead (state-spaces/mamba: U(±1/sqrt(fan_in)), out_proj
+        # divided by sqrt(n_layer), embedding N(0, 0.02)), then make the 0/1 parameters generic.
+        n_layer = shape["num_hidden_layers"]
+        for layer in model.backbone.layers:
+            for lin in (layer.mixer.in_proj, layer.mixer.x_proj, layer.mixer.out_proj):
+                bound = lin.weight.shape[1] ** -0.5
+                lin.weight.uniform_(-bound, bound)
+            layer.mixer.out_proj.weight.div_(n_layer ** 0.5)
+        model.backbone.embeddings.weight.normal_(0.0, 0.02)
+        if not shape["tie_word_embeddings"]:
+            model.lm_head.weight.normal_(0.0, 0.02)
+        for layer in model.backbone.layers:
+            layer.mixer.D.uniform_(0.5, 1.5)
+            layer.mixer.conv1d.bias.uniform_(-0.3, 0.3)
+            layer.norm.weight.uniform_(0.5, 1.5)
+        model.backbone.norm_f.weight.uniform_(0.5, 1.5)
+
+
 def main(out):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -34,25 +57,7 @@ def main(out):
         config = MambaConfig(expand=2, conv_kernel=4, time_step_rank="auto", use_bias=False, use_conv_bias=True,
                              layer_norm_epsilon=1e-5, **shape)
         model = MambaForCausalLM(config).eval()
-        with torch.no_grad():
-            # transformers' own init draws every Linear from N(0, 0.1): at 768 wide and 24 layers that net is
-            # chaotic (f32 vs f64 logits already differ by ~5e-4, bf16 by KL ~ 2). Use the conditioning of a
-            # freshly initialised official model instead (state-spaces/mamba: U(±1/sqrt(fan_in)), out_proj
-            # divided by sqrt(n_layer), embedding N(0, 0.02)), then make the 0/1 parameters generic.
-            n_layer = shape["num_hidden_layers"]
-            for layer in model.backbone.layers:
-                for lin in (layer.mixer.in_proj, layer.mixer.x_proj, layer.mixer.out_proj):
-                    bound = lin.weight.shape[1] ** -0.5
-                    lin.weight.uniform_(-bound, bound)
-                layer.mixer.out_proj.weight.div_(n_layer ** 0.5)
-            model.backbone.embeddings.weight.normal_(0.0, 0.02)
-            if not shape["tie_word_embeddings"]:
-                model.lm_head.weight.normal_(0.0, 0.02)
-            for layer in model.backbone.layers:
-                layer.mixer.D.uniform_(0.5, 1.5)
-                layer.mixer.conv1d.bias.uniform_(-0.3, 0.3)
-                layer.norm.weight.uniform_(0.5, 1.5)
-            model.backbone.norm_f.weight.uniform_(0.5, 1.5)
+        condition(model, shape)
         folder = os.path.join(out, name)
         model.save_pretrained(folder, safe_serialization=True)
         ids = torch.randint(0, shape["vocab_size"], (1, 64))
