@@ -108,13 +108,20 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
                 else if (p[i] > 0.0) ++positiveOutside;
             }
             if (kActive && n < rp.top_k && tier < 2) continue;
-            std::sort(s.keys.begin(), s.keys.begin() + n);
             int64_t keep = n;
             float kth = kNegInf;
             if (kActive) {
-                kth = w[keyId(s.keys[rp.top_k - 1])];
-                keep = rp.top_k;
-                while (keep < n && w[keyId(s.keys[keep])] == kth) ++keep;
+                // Only the top-k set needs its order: select the k-th key, bring the ties of its value forward, and
+                // sort those (keys are unique, so the sorted prefix is the full sort's). A near-flat row puts every
+                // token in tier 0; sorting all of them cost milliseconds per token.
+                const auto first = s.keys.begin(), kthAt = first + (rp.top_k - 1);
+                std::nth_element(first, kthAt, first + n);
+                kth = w[keyId(*kthAt)];
+                const auto tiesEnd = std::partition(kthAt + 1, first + n, [&](int64_t key) { return w[keyId(key)] == kth; });
+                keep = tiesEnd - first;
+                std::sort(first, tiesEnd);
+            } else {
+                std::sort(s.keys.begin(), s.keys.begin() + n);
             }
             if (rp.top_p < 1.0) {
                 if (!normKnown) {
