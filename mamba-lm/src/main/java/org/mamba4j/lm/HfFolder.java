@@ -2,14 +2,11 @@ package org.mamba4j.lm;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.SerializationFeature;
-import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import org.mamba4j.CheckpointException;
 import org.mamba4j.Mamba1Config;
 import org.mamba4j.MambaModel;
 import org.mamba4j.io.SafeTensors;
@@ -36,13 +33,7 @@ final class HfFolder {
         List<SafeTensors.Entry> tensors = new ArrayList<>();
         for (String name : model.parameterNames())
             tensors.add(new SafeTensors.Entry(name, model.parameterShape(name), model.getParameter(name)));
-        try {
-            Files.createDirectories(dir);
-        } catch (IOException e) {
-            throw new CheckpointException("cannot create the model folder " + dir + ": " + e, e);
-        }
-        SafeTensors.write(dir.resolve("model.safetensors"), Map.of("format", "pt"), tensors);
-        OfficialFolder.writeAtomically(dir.resolve("config.json"), json);
+        OfficialFolder.writeFolder(dir, tensors, json);
     }
 
     /** transformers' MambaConfig for this shape; read back by {@link HfMambaConfig} (HF key style). */

@@ -58,13 +58,18 @@ final class OfficialFolder {
             String embedding = OUR_EMBEDDING;
             tensors.add(new SafeTensors.Entry(LM_HEAD, model.parameterShape(embedding), model.getParameter(embedding)));
         }
+        writeFolder(dir, tensors, json);
+    }
+
+    /** model.safetensors (PyTorch's "pt" format tag), then config.json, each atomically, into dir (created if needed). */
+    static void writeFolder(Path dir, List<SafeTensors.Entry> tensors, String configJson) {
         try {
             Files.createDirectories(dir);
         } catch (IOException e) {
             throw new CheckpointException("cannot create the model folder " + dir + ": " + e, e);
         }
         SafeTensors.write(dir.resolve("model.safetensors"), Map.of("format", "pt"), tensors);
-        writeAtomically(dir.resolve("config.json"), json);
+        writeAtomically(dir.resolve("config.json"), configJson);
     }
 
     /**

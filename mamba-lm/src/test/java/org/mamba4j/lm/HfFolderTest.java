@@ -12,7 +12,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.Map;
-import java.util.Random;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.mamba4j.CheckpointException;
@@ -37,13 +36,7 @@ class HfFolderTest {
 
     private static MambaLM tinyLm(boolean tie, long seed) {
         MambaModel model = MambaModel.builder(TINY).vocabSize(ROWS).tieEmbeddings(tie).seed(seed).build();
-        Random rng = new Random(seed);
-        for (String name : model.parameterNames()) {
-            float[] v = model.getParameter(name);
-            for (int i = 0; i < v.length; i++) v[i] = (float) (name.contains("norm") || name.endsWith(".D")
-                    ? 0.5 + rng.nextDouble() : 0.2 * rng.nextGaussian());
-            model.setParameter(name, v);
-        }
+        OfficialFolderTest.randomize(model, seed);
         return new MambaLM(model, 37, null);
     }
 

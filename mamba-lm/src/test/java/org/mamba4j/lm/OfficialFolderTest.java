@@ -47,6 +47,12 @@ class OfficialFolderTest {
     /** A tiny Mamba-3 LM with every weight random (no 0/1 initial values that would hide a mix-up). */
     static MambaLM tinyLm(Mamba3Config config, boolean tie, long seed) {
         MambaModel model = MambaModel.builder(config).vocabSize(PADDED).tieEmbeddings(tie).seed(seed).build();
+        randomize(model, seed);
+        return new MambaLM(model, VOCAB, null);
+    }
+
+    /** Every weight random (norms and D around 1), so no 0/1 initial value hides a mix-up of tensors. */
+    static void randomize(MambaModel model, long seed) {
         Random rng = new Random(seed);
         for (String name : model.parameterNames()) {
             float[] v = model.getParameter(name);
@@ -54,7 +60,6 @@ class OfficialFolderTest {
                     ? 0.5 + rng.nextDouble() : 0.2 * rng.nextGaussian());
             model.setParameter(name, v);
         }
-        return new MambaLM(model, VOCAB, null);
     }
 
     /** The official per-layer tensors of mamba3-siso.md §2 for a config, with their shapes. */
