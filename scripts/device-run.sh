@@ -4,6 +4,7 @@
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
 #   engine: the continuous-batching engine under 1/16/64/256 concurrent clients (EngineBench)
+#   finetune: fine-tuning against transformers (scripts/device-hf-finetune.sh)
 #   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
@@ -19,6 +20,7 @@ for step in $steps; do
     bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log"
            bash .device/run.sh main org.mamba4j.bench.GpuGenerateBench 2>&1 | tee "$OUT/generate_bench.log" ;;
     engine) bash .device/run.sh main org.mamba4j.bench.EngineBench --device cuda 2>&1 | tee "$OUT/engine_bench.log" ;;
+    finetune) bash scripts/device-hf-finetune.sh ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
