@@ -188,6 +188,8 @@ public:
     void writeRow(int row, const float* src, int64_t srcLength);
     /** Copies every row of other (same model shape and batch) into this state. */
     void copyFrom(const State& other);
+    /** Overwrites row `row` with row `otherRow` of other (same model shape and device; any batch), on the device. */
+    void copyRowFrom(int row, const State& other, int otherRow);
 
     StateImpl* impl() const { return impl_; }
 

@@ -183,4 +183,18 @@ void State::copyFrom(const State& other) {
     impl_->ops->synchronize();
 }
 
+void State::copyRowFrom(int row, const State& other, int otherRow) {
+    const StateImpl& o = *other.impl_;
+    checkRow(*impl_, row);
+    checkRow(o, otherRow);
+    require(o.device == impl_->device && o.arch == impl_->arch && o.row_state == impl_->row_state &&
+                o.layer_state == impl_->layer_state,
+            "copyRowFrom needs a state of the same model shape and device");
+    if (&o == impl_ && row == otherRow) return;
+    o.ops->synchronize();  // as in copyFrom: the source's context may still be writing it
+    impl_->ops->copy(impl_->data.data() + row * impl_->row_state, o.data.data() + otherRow * o.row_state,
+                     impl_->row_state);
+    impl_->ops->synchronize();
+}
+
 }  // namespace mamba

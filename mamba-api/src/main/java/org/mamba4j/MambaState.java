@@ -90,6 +90,26 @@ public final class MambaState implements AutoCloseable {
         guard.run(() -> peer.copyFrom(other.peer), other.guard);
     }
 
+    /**
+     * Overwrites row {@code row} with row {@code srcRow} of {@code src}, a state of the same model (any batch; this
+     * state itself too), without leaving the device: what a server does to move a prefilled sequence into a decode
+     * slot ({@link #readRow}/{@link #writeRow} go through host memory).
+     *
+     * <pre>{@code
+     * try (MambaState scratch = model.newState(1)) {
+     *     model.prefillTokens(scratch, prompt, prompt.length, logits);
+     *     pool.copyRowFrom(slot, scratch, 0);
+     * }
+     * }</pre>
+     */
+    public void copyRowFrom(int row, MambaState src, int srcRow) {
+        Objects.requireNonNull(src, "src");
+        if (src.model != model) throw new IllegalArgumentException("copyRowFrom needs a state of the same model");
+        checkRow(row);
+        src.checkRow(srcRow);
+        guard.run(() -> peer.copyRowFrom(row, src.peer, srcRow), src.guard);
+    }
+
     /** True once this state was closed (see {@link #close()}; a closed model does not count). */
     public boolean isClosed() {
         return guard.isClosed();

@@ -60,6 +60,19 @@ class GpuInferenceTest {
     }
 
     @Test
+    void stateRowsMoveOnTheDevice() {
+        Random rng = new Random(SEED);
+        try (MambaModel m = model(config(64, 2, 16), 8, Device.cuda(0), DType.BF16);
+             MambaState a = m.newState(5);
+             MambaState b = m.newState(3)) {
+            for (int t = 0; t < 6; t++) m.step(a, TestUtil.random(rng, 5 * 8, 1));
+            b.copyRowFrom(2, a, 4);
+            org.junit.jupiter.api.Assertions.assertArrayEquals(a.readRow(4), b.readRow(2));
+            org.junit.jupiter.api.Assertions.assertArrayEquals(new float[b.rowSize()], b.readRow(0));
+        }
+    }
+
+    @Test
     void f32MatchesCpuOver64Steps() {
         Random rng = new Random(SEED);
         for (int inputDim : new int[] {0, 24}) {

@@ -1,5 +1,6 @@
 package org.mamba4j;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -77,6 +78,38 @@ class ModelApiTest {
             float[] nan = new float[16];
             nan[3] = Float.NaN;
             assertThrows(IllegalArgumentException.class, () -> m.setParameter("backbone.norm_f.weight", nan));
+        }
+    }
+
+    @Test
+    void copyRowFromMovesOneSequenceBetweenStates() {
+        try (MambaModel m = MambaModel.builder(Mamba1Config.builder().dModel(16).layers(2).build()).inputDim(4).seed(3).build();
+             MambaState a = m.newState(3);
+             MambaState b = m.newState(2);
+             MambaModel other = MambaModel.builder(Mamba1Config.builder().dModel(16).layers(2).build()).inputDim(4).build();
+             MambaState foreign = other.newState(2)) {
+            java.util.Random rng = new java.util.Random(5);
+            for (int t = 0; t < 4; t++) m.step(a, TestUtil.random(rng, 3 * 4, 1));
+            b.copyRowFrom(1, a, 2);
+            assertArrayEquals(a.readRow(2), b.readRow(1), "the copied row");
+            assertArrayEquals(new float[b.rowSize()], b.readRow(0), "the other row untouched");
+            // the copy carries the sequence: the next step of row 2 in a and of row 1 in b agree bit for bit
+            float[] xa = TestUtil.random(rng, 3 * 4, 1), xb = new float[2 * 4];
+            System.arraycopy(xa, 2 * 4, xb, 4, 4);
+            float[] ya = m.step(a, xa), yb = m.step(b, xb);
+            assertArrayEquals(java.util.Arrays.copyOfRange(ya, 2 * 16, 3 * 16), java.util.Arrays.copyOfRange(yb, 16, 32));
+            a.copyRowFrom(0, a, 1);  // within one state
+            assertArrayEquals(a.readRow(1), a.readRow(0));
+            float[] keep = a.readRow(1);
+            a.copyRowFrom(1, a, 1);  // onto itself: nothing changes
+            assertArrayEquals(keep, a.readRow(1));
+            assertThrows(IllegalArgumentException.class, () -> b.copyRowFrom(0, foreign, 0));
+            assertThrows(IndexOutOfBoundsException.class, () -> b.copyRowFrom(2, a, 0));
+            assertThrows(IndexOutOfBoundsException.class, () -> b.copyRowFrom(0, a, 3));
+            assertThrows(NullPointerException.class, () -> b.copyRowFrom(0, null, 0));
+            MambaState closed = m.newState(1);
+            closed.close();
+            assertThrows(IllegalStateException.class, () -> b.copyRowFrom(0, closed, 0));
         }
     }
 

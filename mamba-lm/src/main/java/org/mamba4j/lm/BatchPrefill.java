@@ -12,7 +12,7 @@ import org.mamba4j.MambaState;
  *
  * <p>Why a scratch state and not the pool: {@code prefillTokens} advances every row of a state, while the pool's
  * other rows are decoding. So a chunk runs here, its rows are parked on the host between chunks, and after the
- * last chunk the row is copied into the request's pool slot. Scratch states have power-of-two sizes (a group of 7
+ * last chunk the row is copied into the request's pool slot on the device ({@link MambaState#copyRowFrom}). Scratch states have power-of-two sizes (a group of 7
  * runs as 4 + 2 + 1), so at most {@code 2·maxRows − 1} scratch rows ever exist, allocated on first use.
  */
 final class BatchPrefill implements AutoCloseable {
@@ -57,16 +57,11 @@ final class BatchPrefill implements AutoCloseable {
                 if (r.parked == null) r.parked = new float[s.rowSize()];
                 s.readRow(b, r.parked);
             } else {
-                pool.writeRow(r.slot, r.parked != null ? readInto(s, b, r.parked) : s.readRow(b));
+                pool.copyRowFrom(r.slot, s, b);  // on the device
                 r.parked = null;
                 onLast.accept(r, logits, b * V);
             }
         }
-    }
-
-    private static float[] readInto(MambaState s, int row, float[] dst) {
-        s.readRow(row, dst);
-        return dst;
     }
 
     /** Receives the logits of a request's last prompt token: {@code logits[offset, offset + paddedVocab)}. */

@@ -269,7 +269,7 @@ public final class MambaLM implements AutoCloseable {
                     model.prefillTokens(scratch, ids, T, groupLogits);
                     for (int j = 0; j < n; j++) {
                         int b = g.getValue().get(j);
-                        state.writeRow(b, scratch.readRow(j));
+                        state.copyRowFrom(b, scratch, j);
                         System.arraycopy(groupLogits, j * V, logits, b * V, V);
                     }
                 }
