@@ -22,7 +22,8 @@ final class ActiveRequest {
     int slot = -1;        // row of the pool state, -1 while waiting
     boolean onDevice;     // decodes with the generator's DeviceSampler (its row configured after the first token)
     int prefilled;        // prompt tokens consumed so far
-    float[] parked;       // the state row between two prefill chunks, null before the first and after the last
+    org.mamba4j.MambaState parked;  // a one-row state holding the row between two prefill chunks (BatchPrefill's),
+                                    // null before the first chunk and after the last
 
     // the outcome of the last sample(), for emit()
     int lastToken;

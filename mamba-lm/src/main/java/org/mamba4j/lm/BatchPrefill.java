@@ -1,5 +1,7 @@
 package org.mamba4j.lm;
 
+import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -11,14 +13,19 @@ import org.mamba4j.MambaState;
  * call, in a scratch state of exactly that many rows, and carries each request's state row between its chunks.
  *
  * <p>Why a scratch state and not the pool: {@code prefillTokens} advances every row of a state, while the pool's
- * other rows are decoding. So a chunk runs here, its rows are parked on the host between chunks, and after the
- * last chunk the row is copied into the request's pool slot on the device ({@link MambaState#copyRowFrom}). Scratch states have power-of-two sizes (a group of 7
+ * other rows are decoding. So a chunk runs here; between two chunks a request's row waits in a one-row parking
+ * state, and after the last chunk it is copied into the request's pool slot — every move on the device
+ * ({@link MambaState#copyRowFrom}; a row is 25 MB at 2.8b, which a round trip through host memory would copy twice
+ * per chunk). The engine takes prompt chunks first come first served, so only a few requests are ever between
+ * chunks: parking states are reused and their number stays that small. Scratch states have power-of-two sizes (a group of 7
  * runs as 4 + 2 + 1), so at most {@code 2·maxRows − 1} scratch rows ever exist, allocated on first use.
  */
 final class BatchPrefill implements AutoCloseable {
     private final MambaModel model;
     private final int maxRows;                                     // a power of two
     private final Map<Integer, MambaState> scratch = new HashMap<>();  // batch size → state
+    private final List<MambaState> parking = new ArrayList<>();        // every parking state made (closed on close)
+    private final ArrayDeque<MambaState> freeParking = new ArrayDeque<>();
 
     BatchPrefill(MambaModel model, int maxRows) {
         this.model = model;
@@ -45,7 +52,7 @@ final class BatchPrefill implements AutoCloseable {
         for (int b = 0; b < B; b++) {
             ActiveRequest r = rows.get(b);
             if (r.parked == null) s.resetRow(b);
-            else s.writeRow(b, r.parked);
+            else s.copyRowFrom(b, r.parked, 0);
             System.arraycopy(r.prompt, r.prefilled, ids, b * length, length);
         }
         float[] logits = new float[B * V];
@@ -54,14 +61,34 @@ final class BatchPrefill implements AutoCloseable {
             ActiveRequest r = rows.get(b);
             r.prefilled += length;
             if (!r.prefillDone()) {
-                if (r.parked == null) r.parked = new float[s.rowSize()];
-                s.readRow(b, r.parked);
+                if (r.parked == null) r.parked = takeParking();
+                r.parked.copyRowFrom(0, s, b);
             } else {
-                pool.copyRowFrom(r.slot, s, b);  // on the device
-                r.parked = null;
+                pool.copyRowFrom(r.slot, s, b);
+                unpark(r);
                 onLast.accept(r, logits, b * V);
             }
         }
+    }
+
+    private MambaState takeParking() {
+        MambaState p = freeParking.poll();
+        if (p == null) {
+            p = model.newState(1);
+            parking.add(p);
+        }
+        return p;
+    }
+
+    /** Parking states made so far (for tests: they are reused, so this stays small). */
+    int parkingStates() {
+        return parking.size();
+    }
+
+    /** Gives a request's parking state back (after its last chunk, or when it leaves early). */
+    void unpark(ActiveRequest r) {
+        if (r.parked != null) freeParking.push(r.parked);
+        r.parked = null;
     }
 
     /** Receives the logits of a request's last prompt token: {@code logits[offset, offset + paddedVocab)}. */
@@ -73,6 +100,9 @@ final class BatchPrefill implements AutoCloseable {
     @Override
     public void close() {
         for (MambaState s : scratch.values()) s.close();
+        for (MambaState s : parking) s.close();
         scratch.clear();
+        parking.clear();
+        freeParking.clear();
     }
 }

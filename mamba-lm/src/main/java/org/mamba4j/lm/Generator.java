@@ -59,7 +59,8 @@ import org.mamba4j.MambaState;
  * {@link GeneratorClosedException}; it does not close the {@code MambaLM}.
  *
  * <p><b>Memory.</b> The pool holds {@code slots} state rows on the model's device; up to {@code 2·prefillBatch − 1}
- * scratch rows more; a request whose prompt is longer than one chunk parks one row on the host between chunks.
+ * scratch rows more; a request whose prompt is longer than one chunk parks its row in a one-row state on the device
+ * between chunks (chunks are served first come first served, so only a few requests are between chunks at once).
  */
 public final class Generator implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger(Generator.class.getName());
@@ -217,6 +218,9 @@ public final class Generator implements AutoCloseable {
     }
 
     // ---------------------------------------------------------------- observation
+
+    /** One-row parking states the prefill has made (tests; read on the engine thread's terms: a snapshot). */
+    int parkingStates() { return prefill.parkingStates(); }
 
     /** Number of state slots (the largest decode batch). */
     public int slots() { return slots; }
@@ -440,7 +444,7 @@ public final class Generator implements AutoCloseable {
             activeCount--;
             pool.resetRow(r.slot);  // a free row steps from zeros, never from a stale sequence
         }
-        r.parked = null;
+        prefill.unpark(r);
     }
 
     /** Fails whatever is unfinished, frees the states (engine thread, on close or after a fatal error). */

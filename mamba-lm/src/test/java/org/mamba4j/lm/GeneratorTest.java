@@ -91,6 +91,9 @@ class GeneratorTest {
             } finally {
                 pool.shutdownNow();
             }
+            // parked rows live on the device in reused one-row states: only the few requests between chunks hold one
+            for (CompletableFuture<Completion> r : results) r.get(60, TimeUnit.SECONDS);
+            assertTrue(gen.parkingStates() <= 40 / 16 + 1, "parking states: " + gen.parkingStates());
             for (int i = 0; i < requests; i++) {
                 Completion c = results.get(i).get(60, TimeUnit.SECONDS);
                 int[] solo = lm.generate(prompts.get(i), samplings.get(i), TokenListener.NONE);
