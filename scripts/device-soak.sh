@@ -6,9 +6,12 @@
 #   bash scripts/device-soak.sh start [MINUTES]    starts the soak in its own session, returns after ~9.5 minutes
 #   bash scripts/device-soak.sh collect [CYCLES]   waits for the soak's end, then runs CYCLES (default 20,000) cycles
 # Logs go to $OUT (soak.log, cycles.log); collect exits 0 only if both pass.
+# CALL_T0 (epoch seconds when the device call began; default now) lets other work run first in the same call:
+#   export CALL_T0=$(date +%s); bash scripts/device-run.sh ops tests; bash scripts/device-soak.sh start 10
+# (start still returns ~9.5 minutes after CALL_T0; the soak itself keeps running for its 10 minutes).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-t0=$(date +%s)
+t0=${CALL_T0:-$(date +%s)}
 case ${1:-} in
   start)
     bash .device/run.sh main -version > /dev/null 2>&1   # unpacks the bundle before the clock matters
