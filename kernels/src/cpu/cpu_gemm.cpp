@@ -4,17 +4,20 @@
 //
 // | storage   | mode                     | kernel                                                                 |
 // |-----------|--------------------------|------------------------------------------------------------------------|
-// | F32, TF32 | Fast                     | OpenBLAS sgemv (one row) / sgemm over all rows; single-threaded below  |
-// |           |                          | kSingleThreadMacs multiply-adds (waking its threads costs more than   |
-// |           |                          | the product: 41 → 34 µs for the default decode step), threaded above   |
-// |           | Reproducible, Pedantic   | fixed tiles of C, each one single-threaded sgemm, spread over our pool:|
-// |           |                          | results depend on the operands only, never on thread counts            |
-// | BF16, F16 | Fast, Repro., Pedantic,  | the fixed-order kernel reading the 2-byte weights (decode is bound by  |
-// |           | ≤ kWidenedTileRows rows  | the weight reads: half of f32's bytes)                                 |
-// |           | Fast, more rows          | blocks of ≈ kWidenFloats weights widened to f32 once, each product as  |
-// |           |                          | F32 Fast (threaded OpenBLAS sgemm above kSingleThreadMacs)             |
-// |           | Repro./Pedantic, more    | the fixed tiles above, each widening its weight rows to f32 in a       |
-// |           | rows                     | per-thread buffer, then one single-threaded sgemm                      |
+// | F32, TF32 | Fast, one row            | OpenBLAS sgemv; single-threaded below kSingleThreadMacs multiply-adds  |
+// |           |                          | (waking its threads costs more than the product), threaded above       |
+// |           | more rows; Reproducible, | fixed tiles of C, each one single-threaded sgemm, spread over our pool:|
+// |           | Pedantic                 | results depend on the operands only, never on thread counts            |
+// | BF16, F16 | ≤ kWidenedTileRows rows  | the fixed-order kernel reading the 2-byte weights (decode is bound by  |
+// |           | (every mode)             | the weight reads: half of f32's bytes)                                 |
+// |           | more rows                | the fixed tiles above, each widening its weight rows to f32 in a       |
+// |           |                          | per-thread buffer, then one single-threaded sgemm                      |
+//
+// Why Fast runs products of several rows on our pool's fixed tiles and not on OpenBLAS's threads (2026-12-02, the
+// 130m shape, F32 prefill, 2 vCPUs): idle, 54 vs 58 ms at 8 tokens, 159 vs 157 ms at 64, 1048 vs 876 ms at 512
+// (OpenBLAS threads vs tiles); with two other busy processes 345 vs 157, 1056 vs 462 and 2701 vs 2107 ms — OpenBLAS's
+// spinning threads collapse when the cores are shared. BF16 prefill, idle: 211 vs 185 ms at 64 tokens, 1244 vs
+// 1022 ms at 512 (the weights widened in blocks for threaded sgemm vs per tile).
 // | any       | Deterministic            | our fixed-order dot products (cpu_gemm_deterministic.cpp) for every    |
 // |           |                          | row count: batch-invariant too                                         |
 //
@@ -50,9 +53,6 @@ constexpr int64_t kSingleThreadMacs = int64_t{1} << 20;
 // 16-bit weights: up to this many rows the fixed-order kernel (memory-bound, reads each weight once per 16
 // rows); above, widened tiles + sgemm (compute-bound). Measured with op_test --time (docs/benchmarks.md).
 constexpr int64_t kWidenedTileRows = 16;
-// Fast products of 16-bit weights with more rows widen about this many weights at a time (2 MB of f32: 512
-// rows at K = 768, 102 at the 2.8b out_proj's K = 5120), so the buffer stays small for any shape.
-constexpr int64_t kWidenFloats = int64_t{1} << 19;
 
 bool isLowp(int dtype) { return dtype == DTYPE_BF16 || dtype == DTYPE_F16; }
 
@@ -197,44 +197,10 @@ void validate(const Gemm& g) {
     }
 }
 
-/**
- * Fast mode, 16-bit weights, more than kWidenedTileRows rows: y[:, j0:j0+n] = beta·y + x·W[j0:j0+n]ᵀ for blocks of
- * about kWidenFloats weights, each widened once into this thread's buffer and multiplied like an F32 Fast product
- * (OpenBLAS threaded above kSingleThreadMacs), so a prefill costs about what it costs with F32 weights.
- */
-void forwardFastWidened(const Gemm& g, float beta) {
+/** Fast mode, F32 weights, one row: the decode GEMV. */
+void forwardFastRow(const Gemm& g, float beta) {
     const Matrix& w = g.w;
-    const auto* w16 = static_cast<const uint16_t*>(w.lowp);
-    const int K = w.in;
-    const int threads = blasThreads();
-    const int64_t block = std::max<int64_t>(16, kWidenFloats / K);
-    for (int64_t j0 = 0; j0 < w.out; j0 += block) {
-        const int n = static_cast<int>(std::min<int64_t>(block, w.out - j0));
-        float* wf = workerScratch(7, static_cast<int64_t>(n) * K);
-        widenToF32(w16 + j0 * K, w.dtype == DTYPE_F16, wf, static_cast<int64_t>(n) * K);
-        const auto call = [&] {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.rows), n, K, 1.f, g.a,
-                        static_cast<int>(g.lda), wf, K, beta, g.c + j0, static_cast<int>(g.ldc));
-        };
-        if (threads > 1 && g.rows * n * static_cast<int64_t>(K) >= kSingleThreadMacs && blasThreadedAllowed()) {
-            BlasThreaded hold(threads);
-            call();
-        } else {
-            BlasRead hold;
-            call();
-        }
-    }
-}
-
-void forwardFast(const Gemm& g, float beta) {
-    const Matrix& w = g.w;
-    const auto call = [&] {
-        if (g.rows == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, w.out, w.in, 1.f, w.f32, w.in, g.a, 1, beta, g.c, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(g.rows), w.out, w.in, 1.f, g.a,
-                        static_cast<int>(g.lda), w.f32, w.in, beta, g.c, static_cast<int>(g.ldc));
-    };
+    const auto call = [&] { cblas_sgemv(CblasRowMajor, CblasNoTrans, w.out, w.in, 1.f, w.f32, w.in, g.a, 1, beta, g.c, 1); };
     const int threads = blasThreads();
     if (threads > 1 && g.rows * w.out * static_cast<int64_t>(w.in) >= kSingleThreadMacs && blasThreadedAllowed()) {
         BlasThreaded hold(threads);
@@ -267,13 +233,11 @@ void CpuBackend::gemm(const Gemm& g) {
                 gemmDeterministicAccumulate16(g.a, g.lda, g.rows, w16, w.dtype == DTYPE_F16, w.out, w.in, g.c, g.ldc);
             } else if (fixedOrder) {
                 gemmDeterministicAccumulate(g.a, g.lda, g.rows, w.f32, w.out, w.in, g.c, g.ldc);
-            } else if (lowp && g.mode == GemmMode::Fast) {
-                forwardFastWidened(g, beta);
             } else if (lowp) {
                 BlasRead hold;
                 gemmTiledWidened(g.rows, w.out, w.in, g.a, g.lda, w16, w.dtype == DTYPE_F16, beta, g.c, g.ldc);
-            } else if (g.mode == GemmMode::Fast) {
-                forwardFast(g, beta);
+            } else if (g.mode == GemmMode::Fast && g.rows == 1) {
+                forwardFastRow(g, beta);
             } else {
                 BlasRead hold;
                 // y[rows, out] = beta·y + x[rows, in] · W[out, in]ᵀ
