@@ -21,6 +21,7 @@ final class Native {
             long start = System.nanoTime();
             LOG.log(System.Logger.Level.DEBUG, () -> "loading libmamba for " + Loader.getPlatform() + " (JavaCPP cache: "
                     + System.getProperty("org.bytedeco.javacpp.cachedir", "~/.javacpp/cache") + ")");
+            NativeCache.dropStaleCopies(libmamba.class, Loader.getPlatform());  // a rebuilt jar must not load old code
             String path;
             try {
                 path = Loader.load(libmamba.class);
