@@ -52,10 +52,7 @@ public final class Device {
     /** Why {@link #cudaCount()} is 0, or an empty string when it is not. */
     public static String cudaUnavailableReason() {
         Native.load();
-        return NativeGuard.call(() -> {
-            org.bytedeco.javacpp.BytePointer reason = libmamba.cudaUnavailableReason();
-            return reason == null ? "" : reason.getString();  // JavaCPP maps an empty std::string to null
-        });
+        return NativeGuard.call(() -> Native.text(libmamba.cudaUnavailableReason()));
     }
 
     /** True for the CPU. */

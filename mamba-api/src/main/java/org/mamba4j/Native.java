@@ -13,6 +13,11 @@ final class Native {
 
     private Native() {}
 
+    /** A returned {@code std::string} as Java text: JavaCPP hands an empty one back as a null pointer. */
+    static String text(org.bytedeco.javacpp.BytePointer s) {
+        return s == null ? "" : s.getString();
+    }
+
     /** Loads the natives on first use; throws {@link MambaException} if this platform has none. */
     static void load() {
         if (loaded) return;

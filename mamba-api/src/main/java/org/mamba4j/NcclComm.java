@@ -33,11 +33,7 @@ public final class NcclComm implements AutoCloseable {
     /** Why NCCL cannot be used in this process (a CPU-only libmamba, no {@code libnccl.so.2}), or null when it can. */
     public static String unavailableReason() {
         Native.load();
-        // JavaCPP hands an empty std::string back as a null pointer: that is the "available" answer.
-        String why = NativeGuard.call(() -> {
-            var reason = libmamba.ncclUnavailableReason();
-            return reason == null ? "" : reason.getString();
-        });
+        String why = NativeGuard.call(() -> Native.text(libmamba.ncclUnavailableReason()));
         return why.isEmpty() ? null : why;
     }
 

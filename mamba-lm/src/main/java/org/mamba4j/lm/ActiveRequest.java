@@ -1,6 +1,7 @@
 package org.mamba4j.lm;
 
 import java.util.Arrays;
+import org.mamba4j.MambaState;
 
 /**
  * A {@link Generator} request inside the engine: its prompt, where its prefill stands, its slot, its sampler and
@@ -22,8 +23,8 @@ final class ActiveRequest {
     int slot = -1;        // row of the pool state, -1 while waiting
     boolean onDevice;     // decodes with the generator's DeviceSampler (its row configured after the first token)
     int prefilled;        // prompt tokens consumed so far
-    org.mamba4j.MambaState parked;  // a one-row state holding the row between two prefill chunks (BatchPrefill's),
-                                    // null before the first chunk and after the last
+    MambaState parked;    // a one-row state (BatchPrefill's) holding the row between two prefill chunks, null before
+                          // the first chunk and after the last
 
     // the outcome of the last sample(), for emit()
     int lastToken;
