@@ -21,8 +21,9 @@ import org.mamba4j.Trainer;
  *       tokens) on a BF16 language model of the 130m shape, prefill, five training steps of an F32 backbone, and
  *       every minute a reload of the language model from its checkpoint. Every 10 s (after a GC) it prints device
  *       memory in use, native host memory (VmRSS − committed heap), the Java heap in use and the last workload
- *       cycle's generation rate. It fails (exit 1) on any error, or when {@link #verdict} finds memory growth over
- *       64 MiB or a generation rate that moved by more than 5% (second minute against the last).
+ *       cycle's generation rate and a fixed probe's (see {@link #probeRate}). It fails (exit 1) on any error, or when
+ *       {@link #verdict} finds memory growth over 64 MiB or a probe rate that moved by more than 5% (the medians of
+ *       the second minute against the last; the mixed workload's rate is reported beside it).
  *   <li>{@code cycles N} (default 100,000): create / use / close cycles of a small model, state, tensors and
  *       trainer on the GPU; device memory in use must be back within 16 MiB of where it was after 1,000 cycles.
  * </ul>
@@ -55,6 +56,9 @@ public final class GpuSoak {
         long start = System.nanoTime(), end = start + minutes * 60_000_000_000L;
         List<long[]> samples = new ArrayList<>();  // {second, device bytes used, native bytes, heap bytes used after GC}
         List<double[]> cycleStats = new ArrayList<>();  // per workload cycle: {end second, tokens, generate seconds}
+        List<double[]> probes = new ArrayList<>();  // per sample: {second, probe tokens/s (best of 5)}
+        int[][] probePrompts = new int[4][64];
+        for (int[] p : probePrompts) for (int i = 0; i < p.length; i++) p[i] = rng.nextInt(50277);
         long tokens = 0, genNanos = 0, nextSample = start + 10_000_000_000L, nextReload = start + 60_000_000_000L;
         MambaLM lm = new MambaLM(MambaModel.load(file, gpu, DType.BF16), 50277, null);
         try (MambaModel backbone = MambaModel.builder(Mamba1Config.builder().dModel(512).layers(8).build()).inputDim(64)
@@ -93,9 +97,12 @@ public final class GpuSoak {
                     long heapUsed = rt.totalMemory() - rt.freeMemory(), nativeBytes = TestUtil.rssKiB() * 1024 - rt.totalMemory();
                     long sec = (now - start) / 1_000_000_000L;
                     samples.add(new long[] {sec, deviceUsed(gpu), nativeBytes, heapUsed});
+                    double probe = probeRate(lm, probePrompts);
+                    probes.add(new double[] {sec, probe});
                     double[] c = cycleStats.isEmpty() ? null : cycleStats.get(cycleStats.size() - 1);
-                    System.out.printf("t=%4d s  device used %6d MiB  native %6d MiB  heap %5d MiB  last cycle %7.1f tokens/s%n", sec,
-                            deviceUsed(gpu) / MIB, nativeBytes / MIB, heapUsed / MIB, c == null ? 0 : c[1] / c[2]);
+                    System.out.printf("t=%4d s  device used %6d MiB  native %6d MiB  heap %5d MiB  last cycle %7.1f tokens/s"
+                                    + "  probe %7.1f tokens/s%n", sec, deviceUsed(gpu) / MIB, nativeBytes / MIB, heapUsed / MIB,
+                            c == null ? 0 : c[1] / c[2], probe);
                     nextSample += 10_000_000_000L;
                 }
             }
@@ -103,7 +110,23 @@ public final class GpuSoak {
             lm.close();
             Files.deleteIfExists(file);
         }
-        return verdict(samples, cycleStats, minutes * 60);
+        return verdict(samples, cycleStats, probes, minutes * 60);
+    }
+
+    /**
+     * The throughput instrument: one fixed greedy generation (4 prompts of 64 tokens, 32 new tokens each) run five
+     * times back to back, the best of the five in tokens per second. The same work every time, and the best of
+     * repeats, so that host scheduling jitter (the mixed workload's cycles spread ±10% on the device machine)
+     * does not hide or fake a slowdown of the library: a leak, fragmentation or a growing cache slows every repeat.
+     */
+    private static double probeRate(MambaLM lm, int[][] prompts) {
+        long best = Long.MAX_VALUE;
+        for (int i = 0; i < 5; i++) {
+            long t0 = System.nanoTime();
+            lm.generate(prompts, Sampling.greedy().maxNewTokens(32), (row, tok) -> {});
+            best = Math.min(best, System.nanoTime() - t0);
+        }
+        return prompts.length * 32 / (best / 1e9);
     }
 
     /**
@@ -112,7 +135,7 @@ public final class GpuSoak {
      * Throughput: generated tokens per second spent in generate, over the whole workload cycles that ended in the
      * second minute and in the last one (every cycle has the same mix of batch sizes and prompt lengths).
      */
-    private static boolean verdict(List<long[]> samples, List<double[]> cycleStats, int seconds) {
+    private static boolean verdict(List<long[]> samples, List<double[]> cycleStats, List<double[]> probes, int seconds) {
         if (seconds < 180 || samples.size() < 12) {
             System.out.println("soak: too short for a verdict (" + samples.size() + " samples)");
             return false;
@@ -132,12 +155,27 @@ public final class GpuSoak {
             }
         }
         double firstRate = first[0] / first[1], lastRate = last[0] / last[1], change = lastRate / firstRate - 1;
+        List<Double> probeFirst = new ArrayList<>(), probeLast = new ArrayList<>();
+        for (double[] p : probes) {
+            if (p[0] > 60 && p[0] <= 120) probeFirst.add(p[1]);
+            if (p[0] > seconds - 60) probeLast.add(p[1]);
+        }
+        double pFirst = median(probeFirst), pLast = median(probeLast), probeChange = pLast / pFirst - 1;
         System.out.printf("soak: device %d -> %d MiB, native %d -> %d MiB, heap after GC %d -> %d MiB (second minute -> last"
-                        + " minute, largest readings); generate tokens/s %.1f -> %.1f (%+.1f%%); %d workload cycles%n",
-                early[1] / MIB, late[1] / MIB, early[2] / MIB, late[2] / MIB, early[3] / MIB, late[3] / MIB, firstRate, lastRate,
-                100 * change, cycleStats.size());
+                        + " minute, largest readings); probe tokens/s %.1f -> %.1f (%+.1f%%, medians); mixed-workload generate"
+                        + " tokens/s %.1f -> %.1f (%+.1f%%, reported only); %d workload cycles%n",
+                early[1] / MIB, late[1] / MIB, early[2] / MIB, late[2] / MIB, early[3] / MIB, late[3] / MIB, pFirst, pLast,
+                100 * probeChange, firstRate, lastRate, 100 * change, cycleStats.size());
         return late[1] - early[1] <= 64 * MIB && late[2] - early[2] <= 64 * MIB && late[3] - early[3] <= 64 * MIB
-                && Math.abs(change) <= 0.05;
+                && Math.abs(probeChange) <= 0.05;
+    }
+
+    private static double median(List<Double> v) {
+        if (v.isEmpty()) return Double.NaN;
+        List<Double> s = new ArrayList<>(v);
+        s.sort(null);
+        int n = s.size();
+        return n % 2 == 1 ? s.get(n / 2) : (s.get(n / 2 - 1) + s.get(n / 2)) / 2;
     }
 
     private static boolean cycles(Device gpu, int n) {
