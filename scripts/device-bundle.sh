@@ -14,7 +14,7 @@ find "$T"/bundle/tests -name '*FuzzTest*.class' -delete
 "$JH/bin/jlink" --add-modules java.base,jdk.unsupported,java.logging,java.xml,java.management,jdk.management \
   --strip-debug --no-header-files --no-man-pages --output "$T"/bundle/jre
 strip --strip-unneeded "$T"/bundle/jre/lib/server/libjvm.so
-tar cf - -C "$T" bundle | xz -T0 -6 > .device/bundle.txz
+tar cf - -C "$T" bundle | xz -T0 -9e > .device/bundle.txz
 cat > .device/run.sh <<'EOS'
 #!/bin/sh
 # Unpacks the bundle once per device machine, then runs: run.sh tests [junit args] | run.sh main CLASS [args]

@@ -30,6 +30,7 @@ struct Exec {
     int sms = 132;        // multiprocessors of the device
     int smem_optin = 0;   // the most dynamic shared memory a block may opt in to (bytes)
     int gemv_group = 0;   // forced gemv group size (tests and benchmarks; 0: chosen from the shape)
+    bool gemv_one_output_per_group = false;  // the gemv's former grid, for gemv_bench's side-by-side timing
 };
 
 /**

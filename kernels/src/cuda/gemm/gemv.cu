@@ -1,8 +1,13 @@
 // Small-batch linear y = x·Wᵀ for rows ≤ kGemvMaxRows: a matrix-vector product bound by reading W once
 // from HBM. One kernel template over the weight storage type (float / bf16 / half):
 //  - G threads cooperate on one output (G = 8 … 256, chosen from the shape so that every SM has enough
-//    loads in flight), each streaming 16-byte vectors of the weight row with evict-first loads, four
-//    vectors deep and double-buffered;
+//    loads in flight), each streaming 16-byte vectors of the weight row with evict-first loads through a
+//    ring of 8 vectors in flight; with several activation rows a lane streams 2 or 4 weight rows side by
+//    side, so that each activation vector read from L1 serves all of them;
+//  - for batched rows and for one-row products of up to 3 waves, the grid holds at most the blocks the GPU
+//    keeps resident, and every group computes the same number of outputs one after another, the ring running
+//    on into the next output's row while this one is reduced: no tail wave, no pipeline refill between
+//    outputs (see launchOne for when one output per group is faster);
 //  - the R ≤ 8 activation rows are read from L1/L2 (they are tiny) and every weight vector is used for
 //    all of them; f32 accumulation, warp-shuffle reduction, then shared memory across warps (G > 32);
 //  - the first weight vectors are loaded before pdlWait(): weights never depend on the previous
@@ -13,13 +18,16 @@
 #include "mamba/mamba.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <tuple>
 
 namespace mamba::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDepth = 4;  // weight vectors in flight per thread (per buffer)
+constexpr int kBalancedMaxWaves = 3;  // one-row products up to this many waves take the balanced schedule
 
 struct GemvArgs {
     const float* x;
@@ -32,6 +40,7 @@ struct GemvArgs {
     int64_t ldy;
     float beta;
     NormPrologue norm;  // NORM variant only
+    int per_group;      // outputs each group computes: o = group + j·(groups in the grid), j < per_group
 };
 
 // A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32 (lowp.cuh).
@@ -110,28 +119,121 @@ __device__ __forceinline__ void normPrologue(const GemvArgs& a, float* xs) {
     __syncthreads();
 }
 
+/**
+ * Weight rows a lane streams side by side: with R activation rows every x chunk read from L1 serves this many
+ * weight chunks, so that L1 traffic (R × 32 bytes of f32 x per 16-byte bf16 chunk) does not bound batched decode.
+ * The ring depth shrinks with it, keeping 8 weight chunks in flight per lane.
+ */
+template <int R> constexpr int kRowsPerLane = R == 1 ? 1 : R == 2 ? 2 : 4;
+template <int R> constexpr int kRingDepth = 8 / kRowsPerLane<R>;
+
+/**
+ * Sums each of the NO outputs' G lane partials (a lane order fixed by G alone) and writes them: y = acc (+ bias)
+ * (+ beta·y). `red` is this tuple's half of a double buffer (parity of its index), so that the next tuple's
+ * writes never race with this one's reads.
+ */
+template <int R, int G, int NO>
+__device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[NO][R], int lane, int grp, int o0,
+                                               float (*red)[NO * R]) {
+    constexpr int kWarpLanes = G < 32 ? G : 32;
+#pragma unroll
+    for (int t = 0; t < NO; ++t)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int off = kWarpLanes / 2; off > 0; off >>= 1) acc[t][r] += __shfl_xor_sync(0xffffffffu, acc[t][r], off);
+    if constexpr (G > 32) {
+        const int warp = threadIdx.x / 32;
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int t = 0; t < NO; ++t)
+#pragma unroll
+                for (int r = 0; r < R; ++r) red[warp][t * R + r] = acc[t][r];
+        __syncthreads();
+        if (lane == 0) {
+            constexpr int kWarpsPerGroup = G / 32;
+            const int w0 = grp * kWarpsPerGroup;
+#pragma unroll
+            for (int t = 0; t < NO; ++t)
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float s = red[w0][t * R + r];
+#pragma unroll
+                    for (int j = 1; j < kWarpsPerGroup; ++j) s += red[w0 + j][t * R + r];
+                    acc[t][r] = s;
+                }
+        }
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int t = 0; t < NO; ++t) {
+            const int o = o0 + t;
+            if (o >= a.out) continue;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r < a.rows) {
+                    float* yp = a.y + r * a.ldy + o;
+                    float v = acc[t][r];
+                    if (a.bias) v += a.bias[o];
+                    if (a.beta != 0.f) v += a.beta * *yp;
+                    *yp = v;
+                }
+            }
+        }
+    }
+}
+
+/**
+ * Groups walk "tuples" of NO consecutive outputs: tuple q = group + j·groups for j < per_group, outputs
+ * q·NO … q·NO + NO − 1. Each lane keeps the same k positions for every output, in ascending order, so an
+ * output's arithmetic depends on G alone — not on R, NO, the grid or the schedule.
+ */
 template <typename W, int R, int G, bool VEC, bool NORM>
-__global__ void __launch_bounds__(kThreads, R <= 2 ? 4 : 1) gemvKernel(GemvArgs a) {
+__global__ void __launch_bounds__(kThreads, R == 1 ? 4 : R <= 4 ? 2 : 1) gemvKernel(GemvArgs a) {
     using C = Chunk<W, VEC>;
     constexpr int V = C::kElems;
-    constexpr int kOutPerBlock = kThreads / G;
+    constexpr int NO = kRowsPerLane<R>;
+    constexpr int D = kRingDepth<R>;
+    constexpr int kGroupsPerBlock = kThreads / G;
     const int lane = threadIdx.x % G;
     const int grp = threadIdx.x / G;
-    const int o_raw = blockIdx.x * kOutPerBlock + grp;
-    const bool active = o_raw < a.out;
-    const int o = active ? o_raw : a.out - 1;  // idle groups still join the shuffles
-    const W* wrow = static_cast<const W*>(a.w) + static_cast<int64_t>(o) * a.in;
+    const int group = blockIdx.x * kGroupsPerBlock + grp;
+    const int groups = gridDim.x * kGroupsPerBlock;
     const int K = a.in;
     const int stride = G * V;
     const int k0 = lane * V;
+    const int steps = (K + stride - 1) / stride;  // weight chunks per lane and output (lanes past K skip)
+    const int total = steps * a.per_group;        // the same for every group: control flow stays uniform
+    const W* const w = static_cast<const W*>(a.w);
+    // Outputs past the end (the last tuples of a grid that does not divide them) re-read the last row without
+    // storing it, so that idle lanes still join the shuffles and barriers.
+    auto rowOf = [&](int j, int t) {
+        const int o = (group + j * groups) * NO + t;
+        return w + static_cast<int64_t>(o < a.out ? o : a.out - 1) * K;
+    };
 
-    C buf[kDepth];
+    // The load cursor (tuple j, step s) runs D chunks ahead of the use cursor, across tuples.
+    int load_s = 0, load_j = 0;
+    const W* load_row[NO];
 #pragma unroll
-    for (int u = 0; u < kDepth; ++u) {
-        const int k = k0 + u * stride;
-        if (k < K) buf[u].load(wrow + k);
-    }
-    pdlWait();
+    for (int t = 0; t < NO; ++t) load_row[t] = rowOf(0, t);
+    auto loadNext = [&](C (&slot)[NO]) {
+        const int k = k0 + load_s * stride;
+        if (k < K)
+#pragma unroll
+            for (int t = 0; t < NO; ++t) slot[t].load(load_row[t] + k);
+        if (++load_s == steps) {
+            load_s = 0;
+            ++load_j;
+#pragma unroll
+            for (int t = 0; t < NO; ++t) load_row[t] = rowOf(load_j, t);
+        }
+    };
+    C ring[D][NO];
+#pragma unroll
+    for (int u = 0; u < D; ++u)
+        if (u < total) loadNext(ring[u]);
+    pdlWait();  // weights never depend on the previous kernel: only x and y wait
     pdlLaunchDependents();
 
     extern __shared__ float4 smem4[];
@@ -139,79 +241,77 @@ __global__ void __launch_bounds__(kThreads, R <= 2 ? 4 : 1) gemvKernel(GemvArgs 
     if constexpr (NORM) normPrologue<R>(a, xs);
     const float* xbase = NORM ? xs : a.x;
     const int64_t xld = NORM ? K : a.ldx;
+    __shared__ float red[2][kThreads / 32][NO * R];  // cross-warp partials (G > 32), double-buffered by tuple parity
 
-    float acc[R];
+    float acc[NO][R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.f;
-
-    for (int base = k0; base < K; base += kDepth * stride) {
-        C cur[kDepth];
+    for (int t = 0; t < NO; ++t)
 #pragma unroll
-        for (int u = 0; u < kDepth; ++u) cur[u] = buf[u];
+        for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
+    int use_s = 0, use_j = 0;
+    for (int f = 0; f < total; f += D) {
 #pragma unroll
-        for (int u = 0; u < kDepth; ++u) {  // next batch in flight while this one is used
-            const int k = base + (kDepth + u) * stride;
-            if (k < K) buf[u].load(wrow + k);
-        }
+        for (int u = 0; u < D; ++u) {
+            if (f + u < total) {
+                C cur[NO];
 #pragma unroll
-        for (int u = 0; u < kDepth; ++u) {
-            const int k = base + u * stride;
-            if (k < K) {
-                float wf[V];
-                cur[u].unpack(wf);
+                for (int t = 0; t < NO; ++t) cur[t] = ring[u][t];
+                if (f + u + D < total) loadNext(ring[u]);
+                const int k = k0 + use_s * stride;
+                if (k < K) {
+                    float wf[NO][V];
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    if (r < a.rows) {
-                        float xf[V];
-                        loadX<V, VEC>(xbase + r * xld + k, xf);
+                    for (int t = 0; t < NO; ++t) cur[t].unpack(wf[t]);
 #pragma unroll
-                        for (int v = 0; v < V; ++v) acc[r] = fmaf(wf[v], xf[v], acc[r]);
+                    for (int r = 0; r < R; ++r) {
+                        if (r < a.rows) {
+                            float xf[V];
+                            loadX<V, VEC>(xbase + r * xld + k, xf);  // once for all NO weight rows
+#pragma unroll
+                            for (int t = 0; t < NO; ++t)
+#pragma unroll
+                                for (int v = 0; v < V; ++v) acc[t][r] = fmaf(wf[t][v], xf[v], acc[t][r]);
+                        }
                     }
                 }
-            }
-        }
-    }
-
-    constexpr int kWarpLanes = G < 32 ? G : 32;
+                if (++use_s == steps) {
+                    reduceAndStore<R, G, NO>(a, acc, lane, grp, (group + use_j * groups) * NO, red[use_j & 1]);
 #pragma unroll
-    for (int r = 0; r < R; ++r)
+                    for (int t = 0; t < NO; ++t)
 #pragma unroll
-        for (int off = kWarpLanes / 2; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-    if constexpr (G > 32) {
-        __shared__ float red[kThreads / 32][R];
-        const int warp = threadIdx.x / 32;
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int r = 0; r < R; ++r) red[warp][r] = acc[r];
-        __syncthreads();
-        if (lane == 0) {
-            constexpr int kWarpsPerGroup = G / 32;
-            const int w0 = grp * kWarpsPerGroup;
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                float s = red[w0][r];
-#pragma unroll
-                for (int j = 1; j < kWarpsPerGroup; ++j) s += red[w0 + j][r];
-                acc[r] = s;
-            }
-        }
-    }
-    if (active && lane == 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (r < a.rows) {
-                float* yp = a.y + r * a.ldy + o;
-                float v = acc[r];
-                if (a.bias) v += a.bias[o];
-                if (a.beta != 0.f) v += a.beta * *yp;
-                *yp = v;
+                        for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
+                    use_s = 0;
+                    ++use_j;
+                }
             }
         }
     }
 }
 
+/**
+ * Blocks of `kernel` with `smem` bytes of dynamic shared memory that one SM keeps resident (asked once per
+ * device, kernel and size: the answer is fixed, and the query must not cost every decode launch).
+ */
 template <typename Kernel>
-void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& a, int g, size_t smem) {
+int residentBlocksPerSm(Kernel kernel, size_t smem) {
+    static std::mutex mu;
+    static std::map<std::tuple<int, const void*, size_t>, int> known;
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice (gemv)");
+    const auto key = std::make_tuple(device, reinterpret_cast<const void*>(kernel), smem);
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(key);
+    if (it != known.end()) return it->second;
+    int blocks = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gemv)");
+    blocks = std::max(blocks, 1);
+    known.emplace(key, blocks);
+    return blocks;
+}
+
+template <typename Kernel>
+void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& args, int g, size_t smem, int rows_per_lane) {
     // Above 48 KiB a kernel must opt in to more dynamic shared memory. The attribute belongs to the device
     // context, which every backend on the device shares, so it is set on each such launch (a cheap host
     // call, legal during graph capture) instead of being remembered in a process-wide flag, and always to
@@ -224,23 +324,41 @@ void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& a, int g, size_t s
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(most)),
               "cudaFuncSetAttribute (gemv shared memory)");
     }
-    launch(smem ? "gemv (rmsnorm fused)" : "gemv", ex, kernel, dim3(blocksFor(a.out, kThreads / g)), dim3(kThreads),
-           smem, a);
+    // The schedule (gemv_bench on the H200, docs/cuda-backend.md): with several activation rows, and for products
+    // of at most kBalancedMaxWaves waves, every group takes ceil(tuples / resident groups) tuples and the grid
+    // shrinks to the groups that this many tuples each need — one wave, equal work, no tail wave. One-row
+    // products of more waves (2.8b in_proj, LM heads) stream faster as a grid of one tuple per group, whose
+    // blocks the scheduler staggers across four resident blocks per SM. Either way an output's bits are the same.
+    const int per_block = kThreads / g;
+    const int64_t tuples = (args.out + rows_per_lane - 1) / rows_per_lane;
+    const int64_t one_per_group_blocks = (tuples + per_block - 1) / per_block;
+    int64_t per_group = 1;
+    if (!ex.gemv_one_output_per_group) {
+        const int64_t resident_blocks = static_cast<int64_t>(residentBlocksPerSm(kernel, smem)) * ex.sms;
+        if (rows_per_lane > 1 || one_per_group_blocks <= kBalancedMaxWaves * resident_blocks) {
+            const int64_t resident = resident_blocks * per_block;
+            per_group = (tuples + resident - 1) / resident;
+        }
+    }
+    GemvArgs a = args;
+    a.per_group = static_cast<int>(per_group);
+    launch(smem ? "gemv (rmsnorm fused)" : "gemv", ex, kernel, dim3(blocksFor(tuples, per_block * a.per_group)),
+           dim3(kThreads), smem, a);
 }
 
 template <typename W, int R, bool VEC, bool NORM>
 void launchG(const Exec& ex, const GemvArgs& a, int G) {
     const size_t smem = NORM ? static_cast<size_t>(a.rows) * a.in * sizeof(float) : 0;
     if constexpr (!VEC) {
-        launchOne(ex, gemvKernel<W, R, 32, false, false>, a, 32, 0);
+        launchOne(ex, gemvKernel<W, R, 32, false, false>, a, 32, 0, kRowsPerLane<R>);
     } else {
         switch (G) {
-            case 8: launchOne(ex, gemvKernel<W, R, 8, true, NORM>, a, 8, smem); break;
-            case 16: launchOne(ex, gemvKernel<W, R, 16, true, NORM>, a, 16, smem); break;
-            case 32: launchOne(ex, gemvKernel<W, R, 32, true, NORM>, a, 32, smem); break;
-            case 64: launchOne(ex, gemvKernel<W, R, 64, true, NORM>, a, 64, smem); break;
-            case 128: launchOne(ex, gemvKernel<W, R, 128, true, NORM>, a, 128, smem); break;
-            default: launchOne(ex, gemvKernel<W, R, 256, true, NORM>, a, 256, smem); break;
+            case 8: launchOne(ex, gemvKernel<W, R, 8, true, NORM>, a, 8, smem, kRowsPerLane<R>); break;
+            case 16: launchOne(ex, gemvKernel<W, R, 16, true, NORM>, a, 16, smem, kRowsPerLane<R>); break;
+            case 32: launchOne(ex, gemvKernel<W, R, 32, true, NORM>, a, 32, smem, kRowsPerLane<R>); break;
+            case 64: launchOne(ex, gemvKernel<W, R, 64, true, NORM>, a, 64, smem, kRowsPerLane<R>); break;
+            case 128: launchOne(ex, gemvKernel<W, R, 128, true, NORM>, a, 128, smem, kRowsPerLane<R>); break;
+            default: launchOne(ex, gemvKernel<W, R, 256, true, NORM>, a, 256, smem, kRowsPerLane<R>); break;
         }
     }
 }
@@ -251,9 +369,9 @@ void launchN(const Exec& ex, const GemvArgs& a, int G, bool norm) {
         if (norm) {
             // the prologue caps G at 32 (see gemv()), so only those instantiations exist
             switch (G) {
-                case 8: launchOne(ex, gemvKernel<W, R, 8, true, true>, a, 8, a.rows * a.in * sizeof(float)); break;
-                case 16: launchOne(ex, gemvKernel<W, R, 16, true, true>, a, 16, a.rows * a.in * sizeof(float)); break;
-                default: launchOne(ex, gemvKernel<W, R, 32, true, true>, a, 32, a.rows * a.in * sizeof(float)); break;
+                case 8: launchOne(ex, gemvKernel<W, R, 8, true, true>, a, 8, a.rows * a.in * sizeof(float), kRowsPerLane<R>); break;
+                case 16: launchOne(ex, gemvKernel<W, R, 16, true, true>, a, 16, a.rows * a.in * sizeof(float), kRowsPerLane<R>); break;
+                default: launchOne(ex, gemvKernel<W, R, 32, true, true>, a, 32, a.rows * a.in * sizeof(float), kRowsPerLane<R>); break;
             }
             return;
         }
@@ -308,7 +426,7 @@ void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, 
     const bool vec = norm ? gemvNormFusable(ex, rows, w, wdtype, in)
                           : in % V == 0 && aligned16(w) && aligned16(x) && ldx % 4 == 0;
     if (norm && !vec) throw std::logic_error("gemv: rmsnorm prologue on a weight that gemvNormFusable rejects");
-    const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}};
+    const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}, 1};
     int G = gemvGroupSize(ex, wdtype, out, in, vec);
     // With the prologue every block normalises the input again: at least 8 outputs per block keep that
     // re-read (from L2) small next to the weights; between ~1.2 and ~2.2 waves, half the group size
