@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -40,10 +41,79 @@ int64_t descend(const double* heap, int64_t leaves, double u, double& acc) {
 }
 
 struct RowWork {
-    std::vector<float> w;
+    std::vector<float> w, heap;
     std::vector<double> p, q, top, tile;
     std::vector<int64_t> keys;
 };
+
+// The two scans every row makes, written as independent lanes so that they vectorise: a decode step of a small
+// model samples 50k logits, and the early-exit scalar loops cost as much as the step's head product.
+constexpr int kLanes = 8;
+
+bool anyNanOrPosInf(const float* x, int n) {
+    const float inf = std::numeric_limits<float>::infinity();
+    int bad[kLanes] = {};
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) bad[j] |= (x[i + j] != x[i + j]) | (x[i + j] == inf);
+    int any = 0;
+    for (int j = 0; j < kLanes; ++j) any |= bad[j];
+    for (; i < n; ++i) any |= (x[i] != x[i]) | (x[i] == inf);
+    return any != 0;
+}
+
+/** The largest value of w (no NaN, no +Inf) above −Inf, and how many are above −Inf (−Inf when none). */
+float finiteMax(const float* w, int n, int& finite) {
+    float m[kLanes];
+    int c[kLanes] = {};
+    for (int j = 0; j < kLanes; ++j) m[j] = kNegInf;
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+            const float v = w[i + j];
+            m[j] = v > m[j] ? v : m[j];
+            c[j] += v > kNegInf;
+        }
+    float max = kNegInf;
+    finite = 0;
+    for (int j = 0; j < kLanes; ++j) {
+        max = m[j] > max ? m[j] : max;
+        finite += c[j];
+    }
+    for (; i < n; ++i) {
+        max = w[i] > max ? w[i] : max;
+        finite += w[i] > kNegInf;
+    }
+    return max;
+}
+
+/** The k-th largest of the finite values of w (1 <= k < their count): a min-heap of the k largest seen so far. */
+float kthLargest(const float* w, int vocab, int k, std::vector<float>& heap) {
+    heap.clear();
+    const auto greater = std::greater<float>();
+    for (int i = 0; i < vocab; ++i) {
+        const float v = w[i];
+        if (!(v > kNegInf)) continue;
+        if (static_cast<int>(heap.size()) < k) {
+            heap.push_back(v);
+            std::push_heap(heap.begin(), heap.end(), greater);
+        } else if (v > heap.front()) {
+            std::pop_heap(heap.begin(), heap.end(), greater);
+            heap.back() = v;
+            std::push_heap(heap.begin(), heap.end(), greater);
+        }
+    }
+    return heap.front();
+}
+
+/** The final weights: q = p on the first `keep` sorted keys, 0 elsewhere. */
+void keepOnly(const double* p, int64_t keep, RowWork& s) {
+    std::fill(s.q.begin(), s.q.end(), 0.0);
+    for (int64_t j = 0; j < keep; ++j) {
+        const int id = keyId(s.keys[j]);
+        s.q[id] = p[id];
+    }
+}
 
 /** The pairwise tree over p[0, n): tile roots into top's leaves, then the heap over tiles. Returns the total. */
 double buildTree(const double* p, int64_t n, const ScratchLayout& L, RowWork& s) {
@@ -56,25 +126,25 @@ double buildTree(const double* p, int64_t n, const ScratchLayout& L, RowWork& s)
 int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng, uint32_t* seen, int32_t& errIndex,
                   RowWork& s) {
     errIndex = -1;
-    for (int i = 0; i < vocab; ++i) {
-        if (std::isnan(x[i])) { errIndex = i; return kErrNaN; }
-        if (x[i] == std::numeric_limits<float>::infinity()) { errIndex = i; return kErrPosInf; }
-    }
-    s.w.assign(x, x + vocab);
-    float* w = s.w.data();
-    if (rp.penalty != 1.0f) {
-        for (int i = 0; i < vocab; ++i)
-            if (seen[i >> 5] >> (i & 31) & 1u) w[i] = w[i] < 0.0f ? w[i] * rp.penalty : w[i] / rp.penalty;
-    }
-    int best = -1, finite = 0;
-    float max = kNegInf;
-    for (int i = 0; i < vocab; ++i) {
-        if (w[i] > kNegInf) {
-            ++finite;
-            if (w[i] > max) { max = w[i]; best = i; }
+    if (anyNanOrPosInf(x, vocab))  // the index is looked for only when there is one
+        for (int i = 0; i < vocab; ++i) {
+            if (std::isnan(x[i])) { errIndex = i; return kErrNaN; }
+            if (x[i] == std::numeric_limits<float>::infinity()) { errIndex = i; return kErrPosInf; }
         }
+    const float* w = x;  // the logits as the rule sees them: a penalised copy only when there is a penalty
+    if (rp.penalty != 1.0f) {
+        s.w.assign(x, x + vocab);
+        float* pw = s.w.data();
+        for (int i = 0; i < vocab; ++i)
+            if (seen[i >> 5] >> (i & 31) & 1u) pw[i] = pw[i] < 0.0f ? pw[i] * rp.penalty : pw[i] / rp.penalty;
+        w = pw;
     }
-    if (best < 0) return kErrAllNegInf;
+    int finite = 0;
+    float max = finiteMax(w, vocab, finite);
+    if (finite == 0) return kErrAllNegInf;
+    int best = 0;  // the first token of the largest value
+    while (!(w[best] == max)) ++best;
+    max = w[best];
     auto mark = [&](int id) {
         seen[id >> 5] |= 1u << (id & 31);
         return id;
@@ -96,37 +166,43 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
         s.keys.resize(static_cast<size_t>(vocab));
         bool normKnown = false;
         double norm = 0.0;
-        for (int tier = 0; tier <= 2; ++tier) {
-            // A tier is every finite token with w >= cutValue: a prefix of the order (w desc, id asc), so what it
-            // decides is what sorting every token would decide. The last tier holds every finite token.
-            const float cutValue =
-                tier < 2 ? static_cast<float>(max + rp.temperature * std::log(tierCut(tier))) : kNegInf;
-            int64_t n = 0, positiveOutside = 0;
-            for (int i = 0; i < vocab; ++i) {
-                if (!(w[i] > kNegInf)) continue;
-                if (w[i] >= cutValue) s.keys[n++] = packDescending(w[i], i);
-                else if (p[i] > 0.0) ++positiveOutside;
-            }
-            if (kActive && n < rp.top_k && tier < 2) continue;
+        if (kActive) {
+            // The top-k set is every finite token with w >= the k-th largest w (its ties included), whatever tier
+            // would have found it: one pass with a k-entry min-heap of values finds that w, and only the set is
+            // sorted. (A near-flat row — random weights, high temperature — put all 50k tokens in the first tier
+            // and made the selection the most expensive part of a CPU decode step.)
+            const float kth = kthLargest(w, vocab, rp.top_k, s.heap);
+            int64_t n = 0;
+            for (int i = 0; i < vocab; ++i)
+                if (w[i] > kNegInf && w[i] >= kth) s.keys[n++] = packDescending(w[i], i);
+            std::sort(s.keys.begin(), s.keys.begin() + n);
             int64_t keep = n;
-            float kth = kNegInf;
-            if (kActive) {
-                // Only the top-k set needs its order: select the k-th key, bring the ties of its value forward, and
-                // sort those (keys are unique, so the sorted prefix is the full sort's). A near-flat row puts every
-                // token in tier 0; sorting all of them cost milliseconds per token.
-                const auto first = s.keys.begin(), kthAt = first + (rp.top_k - 1);
-                std::nth_element(first, kthAt, first + n);
-                kth = w[keyId(*kthAt)];
-                const auto tiesEnd = std::partition(kthAt + 1, first + n, [&](int64_t key) { return w[keyId(key)] == kth; });
-                keep = tiesEnd - first;
-                std::sort(first, tiesEnd);
-            } else {
-                std::sort(s.keys.begin(), s.keys.begin() + n);
-            }
             if (rp.top_p < 1.0) {
+                for (int i = 0; i < vocab; ++i) s.q[i] = w[i] < kth ? 0.0 : p[i];
+                const double norm = buildTree(s.q.data(), vocab, L, s);
+                double c = 0.0;
+                for (int64_t j = 0; j < keep; ++j) {
+                    c = c + p[keyId(s.keys[j])] / norm;
+                    if (c >= rp.top_p) { keep = j + 1; break; }
+                }
+            }
+            keepOnly(p, keep, s);
+        } else {
+            for (int tier = 0; tier <= 2; ++tier) {
+                // A tier is every finite token with w >= cutValue: a prefix of the order (w desc, id asc), so what
+                // it decides is what sorting every token would decide. The last tier holds every finite token.
+                const float cutValue =
+                    tier < 2 ? static_cast<float>(max + rp.temperature * std::log(tierCut(tier))) : kNegInf;
+                int64_t n = 0, positiveOutside = 0;
+                for (int i = 0; i < vocab; ++i) {
+                    if (!(w[i] > kNegInf)) continue;
+                    if (w[i] >= cutValue) s.keys[n++] = packDescending(w[i], i);
+                    else if (p[i] > 0.0) ++positiveOutside;
+                }
+                std::sort(s.keys.begin(), s.keys.begin() + n);
+                int64_t keep = n;
                 if (!normKnown) {
-                    for (int i = 0; i < vocab; ++i) s.q[i] = w[i] < kth ? 0.0 : p[i];
-                    norm = buildTree(s.q.data(), vocab, L, s);
+                    norm = buildTree(p, vocab, L, s);
                     normKnown = true;
                 }
                 double c = 0.0;
@@ -135,14 +211,10 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
                     c = c + p[keyId(s.keys[j])] / norm;
                     if (c >= rp.top_p) { keep = j + 1; reached = true; break; }
                 }
-                if (!reached && !kActive && positiveOutside > 0) continue;  // the nucleus reaches below this tier
+                if (!reached && positiveOutside > 0) continue;  // the nucleus reaches below this tier
+                keepOnly(p, keep, s);
+                break;
             }
-            std::fill(s.q.begin(), s.q.end(), 0.0);
-            for (int64_t j = 0; j < keep; ++j) {
-                const int id = keyId(s.keys[j]);
-                s.q[id] = p[id];
-            }
-            break;
         }
         q = s.q.data();
     }
@@ -164,7 +236,9 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
 void CpuBackend::sampleTokens(const SampleArgs& a) {
     const auto* params = static_cast<const RowParams*>(a.params);
     parallelFor(a.batch, 1, [&](int64_t lo, int64_t hi) {
-        RowWork work;
+        // Per thread and reused: a row's scratch is ~1.6 MB at a 50k vocabulary, and fresh vectors of that size
+        // are fresh mmaps whose page faults cost more than the greedy row itself (every decode step samples).
+        static thread_local RowWork work;
         for (int64_t b = lo; b < hi; ++b)
             a.out[b] = sampleRow(a.logits + b * a.ld, a.vocab, params[b], a.rng[b], a.seen + b * a.seen_words,
                                  a.err_index[b], work);
