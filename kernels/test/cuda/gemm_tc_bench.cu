@@ -9,6 +9,7 @@
 #include "cuda/gemm/gemm_tc.h"
 #include "cuda/kernels.h"
 #include "mamba/mamba.h"
+#include "graph_timing.cuh"
 
 #include <cuda_bf16.h>
 
@@ -136,40 +137,10 @@ void checkTiles(const Exec& e, int64_t rows, int out, int in) {
     }
 }
 
-/** Microseconds per call: `reps` calls captured in a CUDA graph, replayed 5 times, median replay / reps. */
+/** Microseconds per call: `reps` calls captured in a CUDA graph, median replay / reps (graph_timing.cuh). */
 template <typename F>
 double timeUs(F f, int reps) {
-    cudaStream_t st;
-    ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-    cudaStream_t saved = g_stream;
-    g_stream = st;
-    f();  // warm-up outside the capture (opt-ins, lazy loading)
-    ck(cudaStreamSynchronize(st), "warm-up");
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ck(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < reps; ++i) f();
-    ck(cudaStreamEndCapture(st, &graph), "end capture");
-    ck(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<float> t;
-    for (int i = 0; i < 6; ++i) {
-        cudaEventRecord(a, st);
-        cudaGraphLaunch(exec, st);
-        cudaEventRecord(b, st);
-        cudaEventSynchronize(b);
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        if (i > 0) t.push_back(ms * 1000.f / reps);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(st);
-    g_stream = saved;
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return mamba::bench::graphTimeUs([&](int) { f(); }, reps, g_stream);
 }
 
 void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, int out, int in, int reps) {

@@ -13,6 +13,7 @@
 #include "cuda/gemm/gemv.h"
 #include "cuda/kernels.h"
 #include "mamba/mamba.h"
+#include "graph_timing.cuh"
 
 #include <cuda_bf16.h>
 
@@ -139,43 +140,10 @@ struct Product {
     }
 };
 
-/** Microseconds per call: `reps` calls (rotating weight copies) in a CUDA graph, median of 5 replays. */
+/** Microseconds per call of f(i) through a CUDA graph of `reps` calls (graph_timing.cuh). */
 template <typename F>
 double timeUs(F f, int reps) {
-    cudaStream_t st;
-    ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
-    cudaStream_t saved = g_stream;
-    g_stream = st;
-    f(0);  // warm-up outside the capture
-    ck(cudaStreamSynchronize(st), "warm-up");
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    ck(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "capture");
-    for (int i = 0; i < reps; ++i) f(i);
-    ck(cudaStreamEndCapture(st, &graph), "end capture");
-    ck(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<float> t;
-    for (int i = 0; i < 6; ++i) {
-        cudaEventRecord(a, st);
-        cudaGraphLaunch(exec, st);
-        cudaEventRecord(b, st);
-        cudaEventSynchronize(b);
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        if (i > 0) t.push_back(ms * 1000.f / reps);
-    }
-    ck(cudaGetLastError(), "timing");
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(st);
-    g_stream = saved;
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
+    return mamba::bench::graphTimeUs(f, reps, g_stream);
 }
 
 void check(const Exec& e, const char* name, Product& p) {
