@@ -28,12 +28,7 @@ namespace {
 
 int failures = 0;
 
-void ck(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(2);
-    }
-}
+void ck(cudaError_t e, const char* what) { mamba::bench::checkCuda(e, what); }
 
 const char* tileName(TcTile t) {
     static const char* names[] = {"decode32", "64x32", "128x128"};

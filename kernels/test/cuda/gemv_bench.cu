@@ -31,12 +31,7 @@ namespace {
 
 int failures = 0;
 
-void ck(cudaError_t e, const char* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(2);
-    }
-}
+void ck(cudaError_t e, const char* what) { mamba::bench::checkCuda(e, what); }
 
 constexpr double kFloorTBs = 4.26;  // docs/benchmarks.md's floor: the H200's measured device-copy rate
 

@@ -71,6 +71,7 @@ public final class TokenSampler {
     private double[] weight = new double[0];
     private double[] kept = new double[0];
     private long[] order = new long[0];
+    private float[] heap = new float[0];
     private double[] top = new double[0];
     private final double[] tile = new double[2 * TILE];
     private int[] seen = new int[0];
@@ -243,6 +244,35 @@ public final class TokenSampler {
         }
         long[] keys = order;
         double[] q = kept;
+        if (kActive) {
+            // The top-k set is every finite token with w >= the k-th largest w (its ties included), whatever tier
+            // would have found it: one pass with a k-entry heap finds that w, and only the set is sorted (a
+            // near-flat row — random weights, high temperature — put every token in the first tier).
+            float kth = kthLargest(w, vocab, topK);
+            int n = 0;
+            for (int i = 0; i < vocab; i++) {
+                if (w[i] > Float.NEGATIVE_INFINITY && w[i] >= kth) {
+                    keys[n++] = packDescending(w[i], i);
+                }
+            }
+            Arrays.sort(keys, 0, n);
+            int keep = n;
+            if (topP < 1.0) {
+                for (int i = 0; i < vocab; i++) {
+                    q[i] = w[i] < kth ? 0.0 : p[i];
+                }
+                double norm = treeSum(q, vocab);
+                double cumulative = 0.0;
+                for (int j = 0; j < keep; j++) {
+                    cumulative += p[(int) keys[j]] / norm;
+                    if (cumulative >= topP) {
+                        keep = j + 1;
+                        break;
+                    }
+                }
+            }
+            return keepOnly(keys, keep, p, q, vocab);
+        }
         boolean normKnown = false;
         double norm = 0.0;
         for (int tier = 0; tier <= CUTS.length; tier++) {
@@ -259,49 +289,84 @@ public final class TokenSampler {
                     positiveOutside++;
                 }
             }
-            if (kActive && n < topK && tier < CUTS.length) {
-                continue; // the top-k set reaches below this tier
-            }
             Arrays.sort(keys, 0, n);
             int keep = n;
-            float kth = Float.NEGATIVE_INFINITY;
-            if (kActive) {
-                kth = w[(int) keys[topK - 1]];
-                keep = topK;
-                while (keep < n && w[(int) keys[keep]] == kth) {
-                    keep++;
-                }
+            if (!normKnown) {
+                System.arraycopy(p, 0, q, 0, vocab);
+                norm = treeSum(q, vocab);
+                normKnown = true;
             }
-            if (topP < 1.0) {
-                if (!normKnown) {
-                    for (int i = 0; i < vocab; i++) {
-                        q[i] = w[i] < kth ? 0.0 : p[i];
-                    }
-                    norm = treeSum(q, vocab);
-                    normKnown = true;
-                }
-                double cumulative = 0.0;
-                boolean reached = false;
-                for (int j = 0; j < keep; j++) {
-                    cumulative += p[(int) keys[j]] / norm;
-                    if (cumulative >= topP) {
-                        keep = j + 1;
-                        reached = true;
-                        break;
-                    }
-                }
-                if (!reached && !kActive && positiveOutside > 0) {
-                    continue; // the nucleus reaches below this tier
-                }
-            }
-            Arrays.fill(q, 0, vocab, 0.0);
+            double cumulative = 0.0;
+            boolean reached = false;
             for (int j = 0; j < keep; j++) {
-                int id = (int) keys[j];
-                q[id] = p[id];
+                cumulative += p[(int) keys[j]] / norm;
+                if (cumulative >= topP) {
+                    keep = j + 1;
+                    reached = true;
+                    break;
+                }
             }
-            return q;
+            if (!reached && positiveOutside > 0) {
+                continue; // the nucleus reaches below this tier
+            }
+            return keepOnly(keys, keep, p, q, vocab);
         }
         throw new AssertionError("the last tier holds every finite logit");
+    }
+
+    /** The final weights in q: p on the first {@code keep} sorted keys, 0 elsewhere. */
+    private static double[] keepOnly(long[] keys, int keep, double[] p, double[] q, int vocab) {
+        Arrays.fill(q, 0, vocab, 0.0);
+        for (int j = 0; j < keep; j++) {
+            int id = (int) keys[j];
+            q[id] = p[id];
+        }
+        return q;
+    }
+
+    /** The k-th largest finite value of w[0, vocab) (1 <= k < their count): a min-heap of the k largest so far. */
+    private float kthLargest(float[] w, int vocab, int k) {
+        if (heap.length < k) {
+            heap = new float[k];
+        }
+        float[] h = heap;
+        int size = 0;
+        for (int i = 0; i < vocab; i++) {
+            float v = w[i];
+            if (!(v > Float.NEGATIVE_INFINITY)) {
+                continue;
+            }
+            if (size < k) {
+                int j = size++;
+                while (j > 0) {
+                    int parent = (j - 1) >> 1;
+                    if (h[parent] <= v) {
+                        break;
+                    }
+                    h[j] = h[parent];
+                    j = parent;
+                }
+                h[j] = v;
+            } else if (v > h[0]) {
+                int j = 0;
+                while (true) {
+                    int c = 2 * j + 1;
+                    if (c >= k) {
+                        break;
+                    }
+                    if (c + 1 < k && h[c + 1] < h[c]) {
+                        c++;
+                    }
+                    if (h[c] >= v) {
+                        break;
+                    }
+                    h[j] = h[c];
+                    j = c;
+                }
+                h[j] = v;
+            }
+        }
+        return h[0];
     }
 
     /** The pairwise tree over w[0, vocab): tile roots into top's leaves, then the tree over tiles; the total. */
