@@ -6,6 +6,8 @@
 #   engine: the continuous-batching engine under 1/16/64/256 concurrent clients (EngineBench)
 #   finetune: fine-tuning against transformers (scripts/device-hf-finetune.sh)
 #   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
+#   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
+#   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -20,6 +22,10 @@ for step in $steps; do
     bench) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log"
            bash .device/run.sh main org.mamba4j.bench.GpuGenerateBench 2>&1 | tee "$OUT/generate_bench.log" ;;
     engine) bash .device/run.sh main org.mamba4j.bench.EngineBench --device cuda 2>&1 | tee "$OUT/engine_bench.log" ;;
+    gemv) bash scripts/device-gemv.sh run > /dev/null; grep -E 'PASSED|FAILED|read rate' "$OUT/gemv.md" ;;
+    decode) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --quick --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log" | grep -E '^\| (130m|370m|1.4b|2.8b) '
+            bash .device/run.sh main org.mamba4j.bench.BenchCompare --current "$OUT/gpu-decode.json" \
+              --baseline benchmarks/baselines/nvidia-h200.json 2>&1 | tee "$OUT/decode_compare.log" | tail -5 ;;
     finetune) bash scripts/device-hf-finetune.sh ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
