@@ -203,7 +203,7 @@ public final class GpuDecodeBench {
                         }
                     }
                     m.setCudaGraphs(true);
-                    for (int batch : new int[] {16, 64, 256}) {
+                    for (int batch : new int[] {2, 4, 8, 16, 64, 256}) {  // 2…8: the gemv's batched rows; 16+: cuBLAS
                         try (MambaState s = m.newState(batch)) {
                             FloatBuffer x = direct(batch * shape.dModel), y = direct(batch * shape.dModel);
                             Timing backbone = stepUs(m, s, x, y, 10, quick ? 20 : 60);
