@@ -123,6 +123,61 @@ double buildTree(const double* p, int64_t n, const ScratchLayout& L, RowWork& s)
     return s.top[1];
 }
 
+/**
+ * Top-k (and top-p within it) into s.q. The top-k set is every finite token with w >= the k-th largest w (its ties
+ * included): one pass with a k-entry min-heap of values finds that w, and only the set is sorted. (A near-flat row —
+ * random weights, high temperature — put all 50k tokens in the first candidate tier, and selecting among them was
+ * the most expensive part of a CPU decode step.)
+ */
+void keepTopK(const float* w, const double* p, int vocab, const RowParams& rp, const ScratchLayout& L, RowWork& s) {
+    const float kth = kthLargest(w, vocab, rp.top_k, s.heap);
+    int64_t n = 0;
+    for (int i = 0; i < vocab; ++i)
+        if (w[i] > kNegInf && w[i] >= kth) s.keys[n++] = packDescending(w[i], i);
+    std::sort(s.keys.begin(), s.keys.begin() + n);
+    int64_t keep = n;
+    if (rp.top_p < 1.0) {
+        for (int i = 0; i < vocab; ++i) s.q[i] = w[i] < kth ? 0.0 : p[i];
+        const double norm = buildTree(s.q.data(), vocab, L, s);
+        double c = 0.0;
+        for (int64_t j = 0; j < keep; ++j) {
+            c = c + p[keyId(s.keys[j])] / norm;
+            if (c >= rp.top_p) { keep = j + 1; break; }
+        }
+    }
+    keepOnly(p, keep, s);
+}
+
+/**
+ * Top-p alone into s.q, over tiers of candidates: a tier is every finite token with w >= its cut value, a prefix of
+ * the order (w desc, id asc), so what it decides is what sorting every token would decide. The last tier holds every
+ * finite token.
+ */
+void keepNucleus(const float* w, const double* p, int vocab, float max, const RowParams& rp, const ScratchLayout& L,
+                 RowWork& s) {
+    const double norm = buildTree(p, vocab, L, s);
+    for (int tier = 0; tier <= 2; ++tier) {
+        const float cutValue = tier < 2 ? static_cast<float>(max + rp.temperature * std::log(tierCut(tier))) : kNegInf;
+        int64_t n = 0, positiveOutside = 0;
+        for (int i = 0; i < vocab; ++i) {
+            if (!(w[i] > kNegInf)) continue;
+            if (w[i] >= cutValue) s.keys[n++] = packDescending(w[i], i);
+            else if (p[i] > 0.0) ++positiveOutside;
+        }
+        std::sort(s.keys.begin(), s.keys.begin() + n);
+        int64_t keep = n;
+        double c = 0.0;
+        bool reached = false;
+        for (int64_t j = 0; j < keep; ++j) {
+            c = c + p[keyId(s.keys[j])] / norm;
+            if (c >= rp.top_p) { keep = j + 1; reached = true; break; }
+        }
+        if (!reached && positiveOutside > 0 && tier < 2) continue;  // the nucleus reaches below this tier
+        keepOnly(p, keep, s);
+        return;
+    }
+}
+
 int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng, uint32_t* seen, int32_t& errIndex,
                   RowWork& s) {
     errIndex = -1;
@@ -164,58 +219,8 @@ int32_t sampleRow(const float* x, int vocab, const RowParams& rp, uint64_t& rng,
     if (kActive || rp.top_p < 1.0) {
         s.q.assign(static_cast<size_t>(vocab), 0.0);
         s.keys.resize(static_cast<size_t>(vocab));
-        bool normKnown = false;
-        double norm = 0.0;
-        if (kActive) {
-            // The top-k set is every finite token with w >= the k-th largest w (its ties included), whatever tier
-            // would have found it: one pass with a k-entry min-heap of values finds that w, and only the set is
-            // sorted. (A near-flat row — random weights, high temperature — put all 50k tokens in the first tier
-            // and made the selection the most expensive part of a CPU decode step.)
-            const float kth = kthLargest(w, vocab, rp.top_k, s.heap);
-            int64_t n = 0;
-            for (int i = 0; i < vocab; ++i)
-                if (w[i] > kNegInf && w[i] >= kth) s.keys[n++] = packDescending(w[i], i);
-            std::sort(s.keys.begin(), s.keys.begin() + n);
-            int64_t keep = n;
-            if (rp.top_p < 1.0) {
-                for (int i = 0; i < vocab; ++i) s.q[i] = w[i] < kth ? 0.0 : p[i];
-                const double norm = buildTree(s.q.data(), vocab, L, s);
-                double c = 0.0;
-                for (int64_t j = 0; j < keep; ++j) {
-                    c = c + p[keyId(s.keys[j])] / norm;
-                    if (c >= rp.top_p) { keep = j + 1; break; }
-                }
-            }
-            keepOnly(p, keep, s);
-        } else {
-            for (int tier = 0; tier <= 2; ++tier) {
-                // A tier is every finite token with w >= cutValue: a prefix of the order (w desc, id asc), so what
-                // it decides is what sorting every token would decide. The last tier holds every finite token.
-                const float cutValue =
-                    tier < 2 ? static_cast<float>(max + rp.temperature * std::log(tierCut(tier))) : kNegInf;
-                int64_t n = 0, positiveOutside = 0;
-                for (int i = 0; i < vocab; ++i) {
-                    if (!(w[i] > kNegInf)) continue;
-                    if (w[i] >= cutValue) s.keys[n++] = packDescending(w[i], i);
-                    else if (p[i] > 0.0) ++positiveOutside;
-                }
-                std::sort(s.keys.begin(), s.keys.begin() + n);
-                int64_t keep = n;
-                if (!normKnown) {
-                    norm = buildTree(p, vocab, L, s);
-                    normKnown = true;
-                }
-                double c = 0.0;
-                bool reached = false;
-                for (int64_t j = 0; j < keep; ++j) {
-                    c = c + p[keyId(s.keys[j])] / norm;
-                    if (c >= rp.top_p) { keep = j + 1; reached = true; break; }
-                }
-                if (!reached && positiveOutside > 0) continue;  // the nucleus reaches below this tier
-                keepOnly(p, keep, s);
-                break;
-            }
-        }
+        if (kActive) keepTopK(w, p, vocab, rp, L, s);
+        else keepNucleus(w, p, vocab, max, rp, L, s);
         q = s.q.data();
     }
     if (rp.min_p > 0.0)

@@ -215,8 +215,10 @@ public final class TokenSampler {
         double topP = sampling.topP();
         boolean kActive = topK > 0 && topK < finite;
         double[] q = p;
-        if (kActive || topP < 1.0) {
-            q = keepOrdered(w, p, vocab, bestValue, temperature, kActive, topK, topP);
+        if (kActive) {
+            q = keepTopK(w, p, vocab, topK, topP);
+        } else if (topP < 1.0) {
+            q = keepNucleus(w, p, vocab, bestValue, temperature, topP);
         }
         double minP = sampling.minP();
         if (minP > 0.0) {
@@ -230,48 +232,48 @@ public final class TokenSampler {
     }
 
     /**
-     * Top-k and top-p: the weights of the kept tokens (others 0), in {@code kept}. Tiers of candidates (every finite
-     * token with a logit at least the tier's cut value) are prefixes of the full order, so the first tier that can
-     * decide gives the result sorting every token would.
+     * Top-k (and top-p within it): the weights of the kept tokens (others 0), in {@code kept}. The top-k set is every
+     * finite token with a logit at least the k-th largest (its ties included): one pass with a k-entry heap finds that
+     * logit, and only the set is sorted (a near-flat row — random weights, high temperature — has every token in the
+     * first candidate tier).
      */
-    private double[] keepOrdered(float[] w, double[] p, int vocab, float max, double temperature, boolean kActive,
-                                 int topK, double topP) {
-        if (order.length < vocab) {
-            order = new long[vocab];
-        }
-        long[] keys = order;
+    private double[] keepTopK(float[] w, double[] p, int vocab, int topK, double topP) {
+        long[] keys = keys(vocab);
         double[] q = kept;
-        if (kActive) {
-            // The top-k set is every finite token with w >= the k-th largest w (its ties included), whatever tier
-            // would have found it: one pass with a k-entry heap finds that w, and only the set is sorted (a
-            // near-flat row — random weights, high temperature — put every token in the first tier).
-            float kth = kthLargest(w, vocab, topK);
-            int n = 0;
-            for (int i = 0; i < vocab; i++) {
-                if (w[i] > Float.NEGATIVE_INFINITY && w[i] >= kth) {
-                    keys[n++] = packDescending(w[i], i);
-                }
+        float kth = kthLargest(w, vocab, topK);
+        int n = 0;
+        for (int i = 0; i < vocab; i++) {
+            if (w[i] > Float.NEGATIVE_INFINITY && w[i] >= kth) {
+                keys[n++] = packDescending(w[i], i);
             }
-            Arrays.sort(keys, 0, n);
-            int keep = n;
-            if (topP < 1.0) {
-                for (int i = 0; i < vocab; i++) {
-                    q[i] = w[i] < kth ? 0.0 : p[i];
-                }
-                double norm = treeSum(q, vocab);
-                double cumulative = 0.0;
-                for (int j = 0; j < keep; j++) {
-                    cumulative += p[(int) keys[j]] / norm;
-                    if (cumulative >= topP) {
-                        keep = j + 1;
-                        break;
-                    }
-                }
-            }
-            return keepOnly(keys, keep, p, q, vocab);
         }
-        boolean normKnown = false;
-        double norm = 0.0;
+        Arrays.sort(keys, 0, n);
+        int keep = n;
+        if (topP < 1.0) {
+            for (int i = 0; i < vocab; i++) {
+                q[i] = w[i] < kth ? 0.0 : p[i];
+            }
+            double norm = treeSum(q, vocab);
+            double cumulative = 0.0;
+            for (int j = 0; j < keep; j++) {
+                cumulative += p[(int) keys[j]] / norm;
+                if (cumulative >= topP) {
+                    keep = j + 1;
+                    break;
+                }
+            }
+        }
+        return keepOnly(keys, keep, p, q, vocab);
+    }
+
+    /**
+     * Top-p alone: the weights of the nucleus (others 0), in {@code kept}. Tiers of candidates (every finite token
+     * with a logit at least the tier's cut value) are prefixes of the full order, so the first tier that holds the
+     * nucleus gives the result sorting every token would.
+     */
+    private double[] keepNucleus(float[] w, double[] p, int vocab, float max, double temperature, double topP) {
+        long[] keys = keys(vocab);
+        double norm = treeSum(p, vocab);
         for (int tier = 0; tier <= CUTS.length; tier++) {
             float cutValue = tier < CUTS.length ? (float) (max + temperature * Math.log(CUTS[tier])) : Float.NEGATIVE_INFINITY;
             int n = 0;
@@ -288,11 +290,6 @@ public final class TokenSampler {
             }
             Arrays.sort(keys, 0, n);
             int keep = n;
-            if (!normKnown) {
-                System.arraycopy(p, 0, q, 0, vocab);
-                norm = treeSum(q, vocab);
-                normKnown = true;
-            }
             double cumulative = 0.0;
             boolean reached = false;
             for (int j = 0; j < keep; j++) {
@@ -303,12 +300,20 @@ public final class TokenSampler {
                     break;
                 }
             }
-            if (!reached && positiveOutside > 0) {
+            if (!reached && positiveOutside > 0 && tier < CUTS.length) {
                 continue; // the nucleus reaches below this tier
             }
-            return keepOnly(keys, keep, p, q, vocab);
+            return keepOnly(keys, keep, p, kept, vocab);
         }
         throw new AssertionError("the last tier holds every finite logit");
+    }
+
+    /** The sort-key buffer, grown to {@code vocab}. */
+    private long[] keys(int vocab) {
+        if (order.length < vocab) {
+            order = new long[vocab];
+        }
+        return order;
     }
 
     /** The final weights in q: p on the first {@code keep} sorted keys, 0 elsewhere. */
