@@ -11,6 +11,9 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Random;
 import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 import org.mamba4j.DType;
@@ -126,6 +129,25 @@ class DeviceSamplerTest {
         for (int vocab : new int[] {1, 2, 7, 1000, 1024, 1025, 4099}) compared += sameStreams(Device.cpu(), vocab, vocab + 3, 4, 3, vocab);
         compared += sameStreams(Device.cpu(), 50280, 50280, 2, 2, 50280);
         assertTrue(compared > 2000, "compared " + compared);
+    }
+
+    /**
+     * Shared native state: the CPU sampler keeps each row's scratch per thread (pool workers included), reused across
+     * calls and vocabularies. Two models sampling at the same time from two threads, with different vocabularies and
+     * batches spread over the pool, must each still give the host sampler's tokens and random states.
+     */
+    @Test
+    void twoModelsSampleFromTwoThreadsAtOnce() throws Exception {
+        ExecutorService threads = Executors.newFixedThreadPool(2);
+        try {
+            Future<Integer> small = threads.submit(() -> sameStreams(Device.cpu(), 4099, 4102, 8, 3, 21));
+            Future<Integer> large = threads.submit(() -> sameStreams(Device.cpu(), 50280, 50280, 4, 2, 22));
+            int perDraw = settings().size() * Shape.values().length;
+            assertEquals(perDraw * 8 * 3, small.get());
+            assertEquals(perDraw * 4 * 2, large.get());
+        } finally {
+            threads.shutdownNow();
+        }
     }
 
     @Test
