@@ -1,7 +1,5 @@
 package org.mamba4j.lm;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
-import com.fasterxml.jackson.databind.SerializationFeature;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -64,10 +62,6 @@ final class HfFolder {
         m.put("tie_word_embeddings", tie);
         m.put("use_cache", true);
         m.put("torch_dtype", "float32");
-        try {
-            return JsonKeys.MAPPER.writer().with(SerializationFeature.INDENT_OUTPUT).writeValueAsString(m) + "\n";
-        } catch (JsonProcessingException e) {
-            throw new IllegalStateException("cannot encode " + m, e);  // maps of numbers and strings always encode
-        }
+        return JsonKeys.prettyJson(m);
     }
 }

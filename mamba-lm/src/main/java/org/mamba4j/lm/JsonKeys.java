@@ -4,12 +4,14 @@ import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.SerializationFeature;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Iterator;
+import java.util.Map;
 import java.util.List;
 import java.util.Locale;
 import org.mamba4j.CheckpointException;
@@ -24,6 +26,15 @@ final class JsonKeys {
     static final long MAX_FILE_BYTES = 4L << 20;
 
     static final ObjectMapper MAPPER = new ObjectMapper().enable(JsonParser.Feature.STRICT_DUPLICATE_DETECTION);
+
+    /** A config.json text: the map's keys in order, indented, with a final newline. */
+    static String prettyJson(Map<String, Object> m) {
+        try {
+            return MAPPER.writer().with(SerializationFeature.INDENT_OUTPUT).writeValueAsString(m) + "\n";
+        } catch (JsonProcessingException e) {
+            throw new IllegalStateException("cannot encode " + m, e);  // maps of numbers, strings and lists always encode
+        }
+    }
 
     final String source;
     final JsonNode root;

@@ -1,8 +1,6 @@
 package org.mamba4j.lm;
 
-import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.SerializationFeature;
 import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -294,11 +292,7 @@ public record Mamba3LMConfig(
         m.put("fused_add_norm", fusedAddNorm);
         m.put("pad_vocab_size_multiple", padVocabMultiple);
         m.put("tie_embeddings", tieEmbeddings);
-        try {
-            return JsonKeys.MAPPER.writer().with(SerializationFeature.INDENT_OUTPUT).writeValueAsString(m) + "\n";
-        } catch (JsonProcessingException e) {
-            throw new IllegalStateException("cannot encode " + m, e);  // maps of numbers and strings always encode
-        }
+        return JsonKeys.prettyJson(m);
     }
 
     static double decimal(float f) {
