@@ -52,8 +52,11 @@ if [ -n "$SANITIZE" ]; then
   SANFLAGS="-fsanitize=$SANITIZE -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
   CXXFLAGS="${CXXFLAGS/-O3/-O1} $SANFLAGS"
 fi
-NVFLAGS="-std=c++17 -O3 -Xcompiler=-fPIC,-fvisibility=hidden --expt-relaxed-constexpr -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
-STAMP="$CXXFLAGS|$NVFLAGS|${NVCC:+cuda}|$OPENBLAS"
+NVBASE="-std=c++17 -O3 -Xcompiler=-fPIC,-fvisibility=hidden --expt-relaxed-constexpr"
+NVFLAGS="$NVBASE -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
+# *_sm90a.cu files hold Hopper-only instructions (wgmma): compiled for sm_90a alone, launched on 9.0 devices only.
+NVFLAGS_SM90A="$NVBASE -gencode arch=compute_90a,code=sm_90a"
+STAMP="$CXXFLAGS|$NVFLAGS|$NVFLAGS_SM90A|${NVCC:+cuda}|$OPENBLAS"
 LIB=$PREFIX/lib/libmamba.so
 if [ -f "$LIB" ] && [ -x "$PREFIX/bin/op_test" ] && [ -f "$PREFIX/.flags" ] && [ "$(cat "$PREFIX/.flags")" = "$STAMP" ] \
    && [ -z "$(find "$SRC" "$0" -newer "$LIB" -type f | head -1)" ]; then
@@ -82,11 +85,12 @@ compile() {  # compile SOURCE
   local s=$1 o="$OBJ/$(echo "${1#$SRC/src/}" | tr / _).o"
   echo "cppbuild.sh:   ${1#$SRC/src/}"
   case $s in
+    *_sm90a.cu) "$NVCC" $NVFLAGS_SM90A -I"$SRC/include" -I"$SRC/src" -c "$s" -o "$o" ;;
     *.cu|*/cuda/*.cpp) "$NVCC" $NVFLAGS -I"$SRC/include" -I"$SRC/src" -c "$s" -o "$o" ;;
     *) g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$OPENBLAS/include" -c "$s" -o "$o" ;;
   esac
 }
-export -f compile; export NVCC NVFLAGS CXXFLAGS SRC OBJ OPENBLAS
+export -f compile; export NVCC NVFLAGS NVFLAGS_SM90A CXXFLAGS SRC OBJ OPENBLAS
 printf '%s\n' $CPP_SOURCES $CU_SOURCES | xargs -P "$JOBS" -I{} bash -c 'compile {}'
 
 LIBS="-L$OPENBLAS -l:libopenblas.so.0 -lpthread -ldl"

@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 case ${1:-} in
   build)
     mkdir -p .device/tc
-    "${NVCC:-/usr/local/cuda/bin/nvcc}" -std=c++17 -O3 --expt-relaxed-constexpr -lineinfo \
-      -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -Ikernels/include -Ikernels/src \
+    NV="${NVCC:-/usr/local/cuda/bin/nvcc} -std=c++17 -O3 --expt-relaxed-constexpr -lineinfo -Ikernels/include -Ikernels/src"
+    $NV -gencode arch=compute_90a,code=sm_90a -c kernels/src/cuda/gemm/gemm_tc_sm90a.cu -o .device/tc/gemm_tc_sm90a.o
+    $NV -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
       kernels/test/cuda/gemm_tc_bench.cu kernels/src/cuda/gemm/gemm_tc.cu kernels/src/cuda/convert.cu \
-      kernels/src/cuda/cublas_loader.cpp -ldl -o .device/tc/gemm_tc_bench ;;
+      kernels/src/cuda/cublas_loader.cpp .device/tc/gemm_tc_sm90a.o -ldl -o .device/tc/gemm_tc_bench ;;
   run)
     OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
     .device/tc/gemm_tc_bench --reps "${REPS:-20}" | tee "$OUT/gemm_tc.md" ;;

@@ -52,9 +52,11 @@ bool disjoint(const float* a, int64_t n, const float* b, int64_t m) { return a +
 
 CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
     check(cudaSetDevice(ordinal), "cudaSetDevice");
-    int major = 0;
+    int major = 0, minor = 0;
     check(cudaDeviceGetAttribute(&exec_.sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal), "cudaDeviceGetAttribute");
+    exec_.cc = major * 10 + minor;
     check(cudaDeviceGetAttribute(&exec_.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
           "cudaDeviceGetAttribute");
     pdl_ = major >= 9 && !envOff("MAMBA_CUDA_PDL");

@@ -28,6 +28,7 @@ struct Exec {
     cudaStream_t stream = nullptr;
     bool pdl = false;     // programmatic dependent launch (Hopper+): see docs/cuda-backend.md
     int sms = 132;        // multiprocessors of the device
+    int cc = 0;           // compute capability, major·10 + minor (90 = Hopper: the wgmma tiles of the tensor tier)
     int smem_optin = 0;   // the most dynamic shared memory a block may opt in to (bytes)
     int gemv_group = 0;   // forced gemv group size (tests and benchmarks; 0: chosen from the shape)
     bool gemv_one_output_per_group = false;  // the gemv's former grid, for gemv_bench's side-by-side timing

@@ -14,7 +14,10 @@ for s in $SOURCES; do
   rel=${s#$ROOT/kernels/}
   o="$OUT/obj/$(echo "$rel" | tr / _).o"
   if [ ! -f "$o" ] || [ "$s" -nt "$o" ] || [ -n "$(find "$ROOT/kernels/src/cuda" "$ROOT/kernels/src/core" "$ROOT/kernels/src/ops" "$ROOT/kernels/include" -newer "$o" \( -name '*.h' -o -name '*.cuh' \) | head -1)" ]; then
-    "$NVCC" $FLAGS -c "$s" -o "$o" &
+    case $s in
+      *_sm90a.cu) "$NVCC" ${FLAGS%% -gencode*} -gencode arch=compute_90a,code=sm_90a -I$ROOT/kernels/include -I$ROOT/kernels/src -c "$s" -o "$o" & ;;
+      *) "$NVCC" $FLAGS -c "$s" -o "$o" & ;;
+    esac
     pids+=($!)
   fi
   # two compiles at a time

@@ -31,7 +31,7 @@ int failures = 0;
 void ck(cudaError_t e, const char* what) { mamba::bench::checkCuda(e, what); }
 
 const char* tileName(TcTile t) {
-    static const char* names[] = {"decode32", "64x32", "128x128"};
+    static const char* names[] = {"decode32", "64x32", "128x128", "wg128x128", "wg128x256"};
     return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
 }
 
@@ -90,12 +90,18 @@ Exec exec() {
     Exec e;
     ck(cudaDeviceGetAttribute(&e.sms, cudaDevAttrMultiProcessorCount, 0), "sms");
     ck(cudaDeviceGetAttribute(&e.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "smem");
+    int major = 0, minor = 0;
+    ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cc");
+    ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cc");
+    e.cc = major * 10 + minor;
     return e;
 }
 
+constexpr size_t kWorkspaceBytes = size_t{256} << 20;  // 16384 rows of the widest input in one pass
+
 void* workspace() {
     static void* ws = nullptr;
-    if (!ws) ck(cudaMalloc(&ws, 32u << 20), "workspace");
+    if (!ws) ck(cudaMalloc(&ws, kWorkspaceBytes), "workspace");
     return ws;
 }
 
@@ -103,12 +109,12 @@ void run(const Exec& e0, Problem& p, TcTile t) {
     Exec e = e0;
     e.stream = g_stream;
     gemmTensorTier(e, p.dx, p.in, p.rows, p.dw, DTYPE_BF16, p.out, p.in, nullptr, p.dy, p.out, 0.f, workspace(),
-                   32u << 20, t);
+                   kWorkspaceBytes, t);
 }
 
-bool tileFits(TcTile t, int64_t rows) {
+bool tileFits(const Exec& e, TcTile t, int64_t rows) {
     const bool decode = t == TcTile::kDecode32;
-    return !decode || rows <= 16;
+    return (!decode || rows <= 16) && (t == TcTile::kAuto || tensorTileRuns(e, t));
 }
 
 /** Every tile on one product: the same bits, and close to the reference. */
@@ -117,7 +123,7 @@ void checkTiles(const Exec& e, int64_t rows, int out, int in) {
     std::vector<float> first;
     for (int ti = 0; ti < static_cast<int>(TcTile::kCount); ++ti) {
         const TcTile t = static_cast<TcTile>(ti);
-        if (!tileFits(t, rows)) continue;
+        if (!tileFits(e, t, rows)) continue;
         ck(cudaMemset(p.dy, 0xff, static_cast<size_t>(rows) * out * 4), "poison");
         run(e, p, t);
         ck(cudaDeviceSynchronize(), tileName(t));
@@ -159,7 +165,7 @@ void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, in
     std::string row;
     for (int ti = -1; ti < static_cast<int>(TcTile::kCount); ++ti) {
         const TcTile t = static_cast<TcTile>(ti);
-        if (!tileFits(t, rows)) continue;
+        if (!tileFits(e, t, rows)) continue;
         const double us = timeUs([&] { run(e, p, t); }, reps);
         char cell[64];
         std::snprintf(cell, sizeof cell, " %s %.1f |", tileName(t), us);
@@ -197,6 +203,8 @@ int main(int argc, char** argv) {
     checkTiles(e, 16, 777, 1024);
     checkTiles(e, 40, 600, 264);
     checkTiles(e, 300, 1100, 776);
+    checkTiles(e, 1000, 3072, 768);
+    checkTiles(e, 257, 2560, 5120);
     std::printf("\n%s: %d failed\n\n", failures ? "FAILED" : "ALL PASSED", failures);
     if (checkOnly) return failures ? 1 : 0;
     cublasHandle h;
@@ -209,6 +217,6 @@ int main(int argc, char** argv) {
     for (const S& s : {S{"130m in_proj", 3072, 768}, S{"130m out_proj", 768, 1536}, S{"1.4b in_proj", 8192, 2048},
                        S{"2.8b in_proj", 10240, 2560}, S{"2.8b out_proj", 2560, 5120},
                        S{"2.8b x_proj", 192, 5120}, S{"2.8b dt_proj", 5120, 160}})
-        for (int64_t rows : {1, 8, 16, 64, 256, 4096}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
+        for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
     return failures ? 1 : 0;
 }

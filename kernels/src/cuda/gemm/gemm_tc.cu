@@ -15,6 +15,7 @@
 //  - rows of a tile are XOR-swizzled in 16-byte chunks, so ldmatrix reads are free of bank conflicts;
 //  - the first weight stages are requested before pdlWait(): weights never depend on the previous kernel.
 #include "gemm_tc.h"
+#include "gemm_tc_parts.cuh"
 
 #include "../kernels.h"
 #include "../lowp.cuh"
@@ -23,37 +24,11 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace mamba::cuda {
 namespace {
-
-struct TcArgs {
-    const float* x;
-    int64_t ldx;
-    int64_t rows;
-    const void* w;
-    int out, in;
-    const float* bias;
-    float* y;
-    int64_t ldy;
-    float beta;
-};
-
-// ---- PTX wrappers ----
-
-__device__ __forceinline__ uint32_t smemAddr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-/** Copies 16 bytes global → shared without registers; `bytes` = 0 writes 16 zero bytes instead. */
-__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using namespace tc;
 
 /** Four 8×8 matrices of 16-bit values from shared memory, in mma fragment order. */
 __device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
@@ -109,39 +84,6 @@ __device__ __forceinline__ uint32_t packPair<__half>(float lo, float hi) {
 //    cp.async and ldmatrix, 64- or 128-row tiles.
 // Both round x with the same round-to-nearest-even conversion, so they feed the tensor cores the same values.
 
-// Shared-memory tiles of 16-bit values are [rows][BK] with rows of BK·2 bytes; the 16-byte chunk c of row r sits at
-// chunk position c ^ (r & 7), so the 8 rows an ldmatrix phase reads hit 8 different bank groups. Every address is
-// computed once per thread as a byte offset (the kernels are otherwise bound by address arithmetic).
-
-/** One thread's share of loading a [ROWS][BK] 16-bit tile: chunk c of rows r0, r0 + kRowStep, … */
-template <int ROWS, int BK, int kThreads>
-struct TileLoad {
-    static constexpr int kChunks = BK / 8, kRowStep = kThreads / kChunks, kPerThread = ROWS / kRowStep;
-    static_assert(kThreads % kChunks == 0 && ROWS % kRowStep == 0, "whole rows per pass");
-    int r0, c;
-    __device__ TileLoad() : r0(static_cast<int>(threadIdx.x) / kChunks), c(static_cast<int>(threadIdx.x) % kChunks) {}
-    /** Byte offset in the tile of this thread's j-th chunk. */
-    __device__ __forceinline__ uint32_t offset(int j) const {
-        const int r = r0 + j * kRowStep;
-        return static_cast<uint32_t>(r * BK + ((c ^ (r & 7)) << 3)) * 2;
-    }
-    /**
-     * Requests k tile `kt` of rows [row0, row0 + ROWS) of the row-major matrix m [rows, K] (ld K) into the tile at
-     * shared byte address `tile`; chunks past `rows` or K are zero-filled.
-     */
-    template <typename T>
-    __device__ __forceinline__ void load(uint32_t tile, const T* m, int64_t row0, int64_t rows, int K, int kt) const {
-        const int k = kt * BK + c * 8;
-        const bool kin = k < K;
-        const T* src = m + (row0 + r0) * K + k;
-#pragma unroll
-        for (int j = 0; j < kPerThread; ++j) {
-            const bool ok = kin && row0 + r0 + j * kRowStep < rows;
-            cpAsync16(tile + offset(j), ok ? src + static_cast<int64_t>(j) * kRowStep * K : m, ok ? 16 : 0);
-        }
-    }
-};
-
 /**
  * A warp's ldmatrix addressing for fragments of 16 rows starting at row0 of a [rows][BK] tile: the row part (with
  * the lane's row) once, the swizzled chunk per 16-wide k chunk kk. `hi` selects the second 8 columns (A: lanes 16–31;
@@ -181,13 +123,7 @@ __device__ __forceinline__ void storeOutputs(const TcArgs& a, const float (&acc)
             for (int e = 0; e < 4; ++e) {
                 const int64_t m = row0 + i * 16 + (lane >> 2) + (e >> 1) * 8;
                 const int n = col0 + j * 8 + (lane & 3) * 2 + (e & 1);
-                if (m < a.rows && n < a.out) {
-                    float* yp = a.y + m * a.ldy + n;
-                    float v = acc[i][j][e];
-                    if (a.bias) v += a.bias[n];
-                    if (a.beta != 0.f) v += a.beta * *yp;
-                    *yp = v;
-                }
+                if (m < a.rows && n < a.out) finishElement(a, m, n, acc[i][j][e]);
             }
 }
 
@@ -400,6 +336,8 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
         case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
         case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
+        case TcTile::kWg128x128:
+        case TcTile::kWg128x256: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
         default: throw std::logic_error("gemm (tensor-core tier): unknown tile");
     }
 }
@@ -420,6 +358,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 }  // namespace
 
+bool tensorTileRuns(const Exec& ex, TcTile tile) {
+    return (tile != TcTile::kWg128x128 && tile != TcTile::kWg128x256) || ex.cc == 90;
+}
+
 bool tensorTierTakes(const void* w, int wdtype, int in) {
     return (wdtype == DTYPE_BF16 || wdtype == DTYPE_F16) && in > 0 && in % 8 == 0 && w != nullptr && aligned16(w);
 }
@@ -435,6 +377,7 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     if (!tensorTierTakes(w, wdtype, in)) throw std::logic_error("gemm (tensor-core tier): a weight it does not take");
     const bool xvec = !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1));
     if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, xvec);
+    if (!tensorTileRuns(ex, tile)) throw std::logic_error("gemm (tensor-core tier): this tile does not run on this device");
     const bool bf16 = wdtype == DTYPE_BF16;
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
     if (tile == TcTile::kDecode32) {

@@ -18,8 +18,14 @@ bool tensorTierTakes(const void* w, int wdtype, int in);
 /** Whether a product of `rows` rows of x needs the workspace (x rounded to W's type first): all but ≤ 16 aligned rows. */
 bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
 
-/** Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks. */
-enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kCount };
+/**
+ * Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks.
+ * The kWg tiles run wgmma (gemm_tc_sm90a.cu) and exist on compute capability 9.0 only (tensorTileRuns).
+ */
+enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kWg128x128, kWg128x256, kCount };
+
+/** Whether `tile` runs on the device of `ex` (the wgmma tiles need compute capability 9.0). */
+bool tensorTileRuns(const Exec& ex, TcTile tile);
 
 /**
  * y[r, 0:out] = beta·y[r] + x[r]·Wᵀ (+ bias), W [out, in] bf16/f16 row-major (tensorTierTakes), x f32 rounded
