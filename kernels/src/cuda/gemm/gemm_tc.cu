@@ -336,8 +336,7 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
         case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
         case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
-        case TcTile::kWg128x128:
-        case TcTile::kWg128x256: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
+        case TcTile::kTma128x256: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
         default: throw std::logic_error("gemm (tensor-core tier): unknown tile");
     }
 }
@@ -350,6 +349,9 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
  */
 TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
     if (rows == 1 && xvec && out >= 4096) return TcTile::kDecode32;
+    // Hopper: the TMA + wgmma tile from 128 rows on, once it has 32 blocks (fewer: 130m's in_proj and the narrow
+    // x_proj at 256 rows, where the 64×32 tiles' many blocks win).
+    if (ex.cc == 90 && rows > 64 && ((rows + 127) / 128) * ((out + 255) / 256) >= 32) return TcTile::kTma128x256;
     const int64_t blocks128 = ((rows + 127) / 128) * ((out + 127) / 128);
     return rows > 64 && blocks128 >= ex.sms ? TcTile::k128x128 : TcTile::k64x32;
 }
@@ -359,7 +361,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 }  // namespace
 
 bool tensorTileRuns(const Exec& ex, TcTile tile) {
-    return (tile != TcTile::kWg128x128 && tile != TcTile::kWg128x256) || ex.cc == 90;
+    return tile < TcTile::kTma128x256 || ex.cc == 90;
 }
 
 bool tensorTierTakes(const void* w, int wdtype, int in) {

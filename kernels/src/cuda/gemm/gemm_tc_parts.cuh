@@ -70,13 +70,18 @@ struct TileLoad {
     }
 };
 
-/** The epilogue of every tile: y = acc (+ bias) (+ beta·y), in this order, for one element inside the product. */
-__device__ __forceinline__ void finishElement(const TcArgs& a, int64_t m, int n, float acc) {
-    float* yp = a.y + m * a.ldy + n;
+/** The epilogue of every tile: acc (+ bias) (+ beta·y), in this order, for the element at column n, y at yp. */
+__device__ __forceinline__ float finishValue(const TcArgs& a, int n, const float* yp, float acc) {
     float v = acc;
     if (a.bias) v += a.bias[n];
     if (a.beta != 0.f) v += a.beta * *yp;
-    *yp = v;
+    return v;
+}
+
+/** finishValue stored in place, for one element inside the product. */
+__device__ __forceinline__ void finishElement(const TcArgs& a, int64_t m, int n, float acc) {
+    float* yp = a.y + m * a.ldy + n;
+    *yp = finishValue(a, n, yp, acc);
 }
 
 }  // namespace tc

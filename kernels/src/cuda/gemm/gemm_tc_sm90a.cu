@@ -9,20 +9,24 @@
 // `tiles.gemm.tensor` and `invariant.gemm.forward` and `gemm_tc_bench`'s checks compare the tiles bit for bit, and
 // the auto rule uses these tiles only where they have proved equal.
 //
-// The kernel: 128 rows × BN columns per block, two consumer warpgroups (rows 0–63 and 64–127) that also issue the
-// loads; both operands (x packed to W's type, W) stream through S shared-memory stages with cp.async in the 128-byte
-// swizzle that wgmma's descriptors name (TileLoad's 16-byte chunk c ^ (row & 7) within 1024-byte atoms, so stage
-// bases are 1024-aligned). One wgmma batch stays in flight while the next stage is requested.
+// The kernel (measured against cp.async-fed variants and a 128×128 tile on the H200, docs/benchmarks.md): 128 rows
+// × 256 columns per block; a producer warp requests both operands (x packed to W's type, W) by TMA into 4 stages,
+// two consumer warpgroups chain the wgmma steps, and the output tile leaves through shared memory in 16-byte runs.
+// Blocks run in a grouped order that keeps a wave's operands in L2.
 #include "gemm_tc.h"
 #include "gemm_tc_parts.cuh"
 
 #include "mamba/mamba.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace mamba::cuda {
 namespace {
@@ -59,12 +63,6 @@ __device__ __forceinline__ void wgmmaWait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-/** cp.async wrote the stage through the generic proxy; wgmma reads it through the async proxy. */
-__device__ __forceinline__ void fenceProxyAsync() {
-#ifdef MAMBA_WGMMA
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
 /** Keeps the compiler from moving accumulator registers across an in-flight wgmma. */
 template <int N>
 __device__ __forceinline__ void pinRegisters(float (&d)[N]) {
@@ -78,27 +76,6 @@ __device__ __forceinline__ void wgmma(float (&d)[N / 2], uint64_t a, uint64_t b)
 
 #ifdef MAMBA_WGMMA
 // The operand lists are written out: PTX names every accumulator register of the instruction.
-template <>
-__device__ __forceinline__ void wgmma<__nv_bfloat16, 128>(float (&d)[64], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,"
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39,"
-        "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58,"
-        "%59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, 0, 0;\n}\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-            "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-            "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-            "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-            "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-            "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-            "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-            "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-            "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(a), "l"(b), "n"(1));
-}
 template <>
 __device__ __forceinline__ void wgmma<__nv_bfloat16, 256>(float (&d)[128], uint64_t a, uint64_t b) {
     asm volatile(
@@ -131,27 +108,6 @@ __device__ __forceinline__ void wgmma<__nv_bfloat16, 256>(float (&d)[128], uint6
             "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
             "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
             "+f"(d[127])
-        : "l"(a), "l"(b), "n"(1));
-}
-template <>
-__device__ __forceinline__ void wgmma<__half, 128>(float (&d)[64], uint64_t a, uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,"
-        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39,"
-        "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58,"
-        "%59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1, 0, 0;\n}\n"
-          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-            "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-            "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-            "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-            "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-            "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-            "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),
-            "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-            "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(a), "l"(b), "n"(1));
 }
 template <>
@@ -195,107 +151,221 @@ __device__ __forceinline__ void wgmma(float (&)[N / 2], uint64_t, uint64_t) {
 }
 #endif
 
-// ---- the kernel ----
+// ---- the kernel: a producer warp, mbarriers, two consumer warpgroups ----
+//
+// Warpgroup 0 is the producer: one thread requests both operands of a stage by TMA (cp.async.bulk.tensor, the
+// tensor maps' 128-byte swizzle is the layout the descriptors name) against a "full" mbarrier per stage; the two
+// consumer warpgroups (rows 0–63 and 64–127 of the tile) run the wgmma chain and release a stage on its "empty"
+// mbarrier once the batch that read it is done. (Tried: two CTAs of a cluster sharing the weight tile by TMA
+// multicast — −2…−10% at M ≤ 4096, ≤ +7% at 16384 on the H200; not kept.)
 
-template <int BN, int S>
-struct WgTile {
-    static constexpr int kThreads = 256, BM = 128, BK = 64;
-    static constexpr int kStageBytes = (BM + BN) * BK * 2;  // x tile, then weight tile
-    static constexpr size_t kSmem = static_cast<size_t>(S) * kStageBytes + 1024;  // + room to align to 1024
-};
-
-template <typename T, int BN, int S>
-__global__ void __launch_bounds__(256, 1) wgmmaTierKernel(TcArgs a, const T* __restrict__ xp) {
-    using L = WgTile<BN, S>;
-    constexpr int BK = L::BK, KK = BK / 16, NACC = BN / 2;
-    extern __shared__ __align__(1024) unsigned char tc_smem[];
-    const uint32_t base = (smemAddr(tc_smem) + 1023u) & ~1023u;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
-    const int64_t m0 = static_cast<int64_t>(blockIdx.x) * L::BM;  // M tiles vary fastest, as in gemm_tc.cu
-    const int n0 = blockIdx.y * BN;
-    const T* W = static_cast<const T*>(a.w);
-    const int K = a.in, KT = (K + BK - 1) / BK;
-    const TileLoad<L::BM, BK, L::kThreads> xload;
-    const TileLoad<BN, BK, L::kThreads> wload;
-    constexpr uint32_t kB = L::BM * BK * 2;  // the weight tile's offset in a stage
-    constexpr int kAhead = S - 2;            // tiles requested ahead: one stage is read, one may still be in wgmma
-
-#pragma unroll
-    for (int s = 0; s < kAhead; ++s)
-        if (s < KT) wload.load(base + s * L::kStageBytes + kB, W, n0, a.out, K, s);
-    pdlWait();
-    pdlLaunchDependents();
-#pragma unroll
-    for (int s = 0; s < kAhead; ++s) {
-        if (s < KT) xload.load(base + s * L::kStageBytes, xp, m0, a.rows, K, s);
-        cpAsyncCommit();
-    }
-
-    float acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
-    int st = 0;
-    for (int kt = 0; kt < KT; ++kt) {
-        cpAsyncWait<kAhead - 1>();  // this thread's copies of tile kt have landed
-        fenceProxyAsync();
-        __syncthreads();  // everyone's have; and every warpgroup has finished the wgmma of tile kt − 2
-        const int next = kt + kAhead;
-        const int nst = (st + kAhead) % S;
-        if (next < KT) {
-            wload.load(base + nst * L::kStageBytes + kB, W, n0, a.out, K, next);
-            xload.load(base + nst * L::kStageBytes, xp, m0, a.rows, K, next);
-        }
-        cpAsyncCommit();
-        const uint32_t sA = base + st * L::kStageBytes + wg * 64 * BK * 2, sB = base + st * L::kStageBytes + kB;
-        const uint64_t da = swizzled128(sA), db = swizzled128(sB);
-        const int chunks = min(KK, (K - kt * BK + 15) / 16);  // chunks entirely past `in` are skipped
-        wgmmaFence();
-        if (chunks == KK) {  // (a separate unconditional batch: branches between wgmmas make ptxas serialise them)
-#pragma unroll
-            for (int kk = 0; kk < KK; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);  // + 32 bytes of k per step
-        } else {
-            for (int kk = 0; kk < chunks; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
-        }
-        wgmmaCommit();
-        wgmmaWait<1>();  // the batch of tile kt − 1 is done (this one's stays in flight over the next requests)
-        st = st == S - 1 ? 0 : st + 1;
-    }
-    wgmmaWait<0>();
-    pinRegisters(acc);
-    cpAsyncWait<0>();
-
-    // Accumulator e of column group j: row 16·(warp % 4) + lane/4 (+8 for e ≥ 2), column 8j + 2·(lane % 4) + e % 2.
-    const int64_t r0 = m0 + wg * 64 + (warp & 3) * 16 + (lane >> 2);
-    const int c0 = n0 + (lane & 3) * 2;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t m = r0 + (e >> 1) * 8;
-            const int n = c0 + j * 8 + (e & 1);
-            if (m < a.rows && n < a.out) finishElement(a, m, n, acc[j * 4 + e]);
-        }
+__device__ __forceinline__ void mbarInit(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbarExpectTx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void mbarArrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/** A [box rows][64] tile at (k, row) of a 2-D tensor map into shared memory, counted on `bar`. */
+__device__ __forceinline__ void tmaLoad(uint32_t dst, const CUtensorMap& map, int k, int row, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<uint64_t>(&map)), "r"(k), "r"(row), "r"(bar)
+        : "memory");
 }
 
-template <typename T, int BN, int S>
-void launchWg(const Exec& ex, const TcArgs& a, const T* xp) {
-    using L = WgTile<BN, S>;
-    const auto kernel = wgmmaTierKernel<T, BN, S>;
+constexpr int kOutLd = 256 + 8;  // floats per staged output row: conflict-free 8-byte fragment stores
+constexpr int kGroupM = 16;      // M tiles per group of the block order
+
+struct TmaTile {
+    static constexpr int kThreads = 384, BM = 128, BN = 256, BK = 64, S = 4;
+    static constexpr uint32_t kABytes = BM * BK * 2, kBBytes = BN * BK * 2, kStageBytes = kABytes + kBBytes;
+    static constexpr size_t kSmem = static_cast<size_t>(S) * kStageBytes + 2 * S * 8 + 1024;  // + barriers, align
+    static_assert(static_cast<size_t>(BM) * kOutLd * 4 <= static_cast<size_t>(S) * kStageBytes, "output tile fits");
+};
+
+template <typename T>
+__global__ void __launch_bounds__(384, 1)
+    tmaTierKernel(const __grid_constant__ CUtensorMap mapX, const __grid_constant__ CUtensorMap mapW, TcArgs a,
+                  int ntiles) {
+    using L = TmaTile;
+    constexpr int BK = L::BK, S = L::S, KK = BK / 16, NACC = L::BN / 2;
+    extern __shared__ __align__(1024) unsigned char tc_smem[];
+    const uint32_t base = (smemAddr(tc_smem) + 1023u) & ~1023u;
+    const uint32_t fullBar = base + S * L::kStageBytes, emptyBar = fullBar + S * 8;
+    const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 7), 0);  // warp-uniform, visibly to ptxas
+    // Grouped order: consecutive blocks walk kGroupM M tiles, then the next N tile, so the ~132 resident blocks
+    // cover about 16 × 8 tiles and their operands stay in L2 (row-major order would stream all of x every wave).
+    const int mt = static_cast<int>(gridDim.x) / ntiles, group = static_cast<int>(blockIdx.x) / (kGroupM * ntiles);
+    const int firstM = group * kGroupM, groupM = min(kGroupM, mt - firstM);
+    const int within = static_cast<int>(blockIdx.x) % (kGroupM * ntiles);
+    const int64_t m0 = static_cast<int64_t>(firstM + within % groupM) * L::BM;
+    const int n0 = (within / groupM) * L::BN;
+    const int K = a.in, KT = (K + BK - 1) / BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbarInit(fullBar + 8 * s, 1);            // the producer's arrive (+ the stage's bytes)
+            mbarInit(emptyBar + 8 * s, 8);           // every consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        if (threadIdx.x == 0) {
+            auto loadW = [&](int kt, int s) {
+                const uint32_t dst = base + s * L::kStageBytes + L::kABytes, bar = fullBar + 8 * s;
+                tmaLoad(dst, mapW, kt * BK, n0, bar);
+            };
+            const int first = KT < S ? KT : S;
+            for (int kt = 0; kt < first; ++kt) {  // weights first: they do not depend on the previous kernel
+                mbarExpectTx(fullBar + 8 * kt, L::kStageBytes);
+                loadW(kt, kt);
+            }
+            pdlWait();
+            for (int kt = 0; kt < first; ++kt)
+                tmaLoad(base + kt * L::kStageBytes, mapX, kt * BK, static_cast<int>(m0), fullBar + 8 * kt);
+            for (int kt = S; kt < KT; ++kt) {
+                const int s = kt % S;
+                mbarWait(emptyBar + 8 * s, ((kt / S) - 1) & 1);
+                mbarExpectTx(fullBar + 8 * s, L::kStageBytes);
+                loadW(kt, s);
+                tmaLoad(base + s * L::kStageBytes, mapX, kt * BK, static_cast<int>(m0), fullBar + 8 * s);
+            }
+        }
+    } else {
+        pdlWait();  // the epilogue reads bias and y and writes y
+        pdlLaunchDependents();
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;  // warps 4–11
+        const int cw = wg - 1;                                        // consumer warpgroup: rows 64·cw …
+        float acc[NACC];
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+        auto release = [&](int s) {
+            __syncwarp();
+            if (lane != 0) return;
+            mbarArrive(emptyBar + 8 * s);
+        };
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % S;
+            mbarWait(fullBar + 8 * s, (kt / S) & 1);
+            const uint32_t sA = base + s * L::kStageBytes + cw * 64 * BK * 2, sB = base + s * L::kStageBytes + L::kABytes;
+            const uint64_t da = swizzled128(sA), db = swizzled128(sB);
+            const int chunks = min(KK, (K - kt * BK + 15) / 16);  // chunks entirely past `in` are skipped
+            wgmmaFence();
+            if (chunks == KK) {
+#pragma unroll
+                for (int kk = 0; kk < KK; ++kk) wgmma<T, L::BN>(acc, da + 2 * kk, db + 2 * kk);
+            } else {
+                for (int kk = 0; kk < chunks; ++kk) wgmma<T, L::BN>(acc, da + 2 * kk, db + 2 * kk);
+            }
+            wgmmaCommit();
+            wgmmaWait<1>();  // the batch of tile kt − 1 is done: its stage may be refilled
+            if (kt > 0) release((kt - 1) % S);
+        }
+        wgmmaWait<0>();
+        pinRegisters(acc);
+        // The epilogue goes through shared memory (the stages are free once both warpgroups are done with them),
+        // so that y is written in whole 16-byte runs per thread and 512-byte runs per warp.
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        float* tile = reinterpret_cast<float*>(tc_smem + (base - smemAddr(tc_smem))) + cw * 64 * kOutLd;
+        {
+            const int rr = (warp & 3) * 16 + (lane >> 2), cc = (lane & 3) * 2;
+#pragma unroll
+            for (int j = 0; j < L::BN / 8; ++j) {
+                *reinterpret_cast<float2*>(tile + rr * kOutLd + j * 8 + cc) = make_float2(acc[j * 4], acc[j * 4 + 1]);
+                *reinterpret_cast<float2*>(tile + (rr + 8) * kOutLd + j * 8 + cc) =
+                    make_float2(acc[j * 4 + 2], acc[j * 4 + 3]);
+            }
+        }
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        const int t = threadIdx.x & 127, c4 = (t & 63) * 4;
+        const int n = n0 + c4;
+        const bool vec = n + 3 < a.out && (a.ldy & 3) == 0 && (reinterpret_cast<uintptr_t>(a.y) & 15) == 0;
+        for (int r = t >> 6; r < 64; r += 2) {
+            const int64_t m = m0 + cw * 64 + r;
+            if (m >= a.rows) break;
+            const float4 v = *reinterpret_cast<const float4*>(tile + r * kOutLd + c4);
+            float* yp = a.y + m * a.ldy + n;
+            if (vec) {
+                float4 o;
+                o.x = finishValue(a, n, yp, v.x);
+                o.y = finishValue(a, n + 1, yp + 1, v.y);
+                o.z = finishValue(a, n + 2, yp + 2, v.z);
+                o.w = finishValue(a, n + 3, yp + 3, v.w);
+                *reinterpret_cast<float4*>(yp) = o;
+            } else {
+                const float e[4] = {v.x, v.y, v.z, v.w};
+                for (int i = 0; i < 4; ++i)
+                    if (n + i < a.out) yp[i] = finishValue(a, n + i, yp + i, e[i]);
+            }
+        }
+    }
+}
+
+/** cuTensorMapEncodeTiled from the driver (through the runtime: libmamba links no libcuda). */
+PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
+              "cudaGetDriverEntryPointByVersion (cuTensorMapEncodeTiled)");
+        if (q != cudaDriverEntryPointSuccess || !p) throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }();
+    return fn;
+}
+
+/** A row-major [rows][inner] 16-bit matrix as boxes of [boxRows][64] in the 128-byte swizzle, zeros past its edges. */
+CUtensorMap tensorMap(const void* base, bool bf16, int64_t inner, int64_t rows, int boxRows) {
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(inner) * 2};
+    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(boxRows)}, step[2] = {1, 1};
+    const CUresult r = tensorMapEncoder()(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                          2, const_cast<void*>(base), dims, strides, box, step,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: CUresult " + std::to_string(r));
+    return m;
+}
+
+template <typename T>
+void launchTma(const Exec& ex, const TcArgs& a, const void* xp) {
+    using L = TmaTile;
+    const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    const auto kernel = tmaTierKernel<T>;
     if (L::kSmem > static_cast<size_t>(ex.smem_optin))
-        throw std::runtime_error("gemm (tensor-core tier, wgmma): a tile needs " + std::to_string(L::kSmem) +
+        throw std::runtime_error("gemm (tensor-core tier, TMA): a tile needs " + std::to_string(L::kSmem) +
                                  " bytes of shared memory; the device offers " + std::to_string(ex.smem_optin));
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem)),
-          "cudaFuncSetAttribute (wgmma tier shared memory)");
-    launch("gemm (tensor-core tier, wgmma)", ex, kernel, dim3(blocksFor(a.rows, L::BM), blocksFor(a.out, BN)),
-           dim3(L::kThreads), L::kSmem, a, xp);
+          "cudaFuncSetAttribute (TMA tier shared memory)");
+    const CUtensorMap mapX = tensorMap(xp, bf16, a.in, a.rows, L::BM);
+    const CUtensorMap mapW = tensorMap(a.w, bf16, a.in, a.out, L::BN);
+    const unsigned mt = blocksFor(a.rows, L::BM), nt = blocksFor(a.out, L::BN);
+    if (static_cast<uint64_t>(mt) * nt > 0x7fffffffu) throw std::runtime_error("gemm (tensor-core tier, TMA): too many tiles");
+    launch("gemm (tensor-core tier, TMA)", ex, kernel, dim3(mt * nt), dim3(L::kThreads), L::kSmem, mapX, mapW, a,
+           static_cast<int>(nt));
 }
 
 template <typename T>
 void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
-    const T* p = static_cast<const T*>(xp);
     switch (tile) {
-        case TcTile::kWg128x128: launchWg<T, 128, 6>(ex, a, p); break;
-        case TcTile::kWg128x256: launchWg<T, 256, 4>(ex, a, p); break;
+        case TcTile::kTma128x256: launchTma<T>(ex, a, xp); break;
         default: throw std::logic_error("gemm (tensor-core tier): not a wgmma tile");
     }
 }
