@@ -31,7 +31,7 @@ int failures = 0;
 void ck(cudaError_t e, const char* what) { mamba::bench::checkCuda(e, what); }
 
 const char* tileName(TcTile t) {
-    static const char* names[] = {"decode32", "64x32", "128x128", "tma128x256"};
+    static const char* names[] = {"decode32", "64x32", "128x128", "tma128x256", "fewrows"};
     return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
 }
 
@@ -114,7 +114,7 @@ void run(const Exec& e0, Problem& p, TcTile t, const float* bias = nullptr, floa
 
 bool tileFits(const Exec& e, TcTile t, int64_t rows) {
     const bool decode = t == TcTile::kDecode32;
-    return (!decode || rows <= 16) && (t == TcTile::kAuto || tensorTileRuns(e, t));
+    return (!decode || rows <= 16) && (t != TcTile::kFewRows || rows <= 64) && (t == TcTile::kAuto || tensorTileRuns(e, t));
 }
 
 /** Every tile on one product: the same bits, and close to the reference. */
@@ -252,6 +252,8 @@ int main(int argc, char** argv) {
     checkTiles(e, 300, 1100, 776);
     checkTiles(e, 1000, 3072, 768);
     checkTiles(e, 257, 2560, 5120);
+    checkTiles(e, 33, 10240, 2560);  // the few-rows tile's 64-wide blocks
+    checkTiles(e, 64, 2560, 776);    // its 32-wide blocks, a partial last k tile
     std::printf("\n%s: %d failed\n\n", failures ? "FAILED" : "ALL PASSED", failures);
     if (checkOnly) return failures ? 1 : 0;
     cublasHandle h;

@@ -336,7 +336,8 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
         case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
         case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
-        case TcTile::kTma128x256: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
+        case TcTile::kTma128x256:
+        case TcTile::kFewRows: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
         default: throw std::logic_error("gemm (tensor-core tier): unknown tile");
     }
 }
@@ -348,10 +349,12 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
  * where the decode tile's f32 x stages cost more than the packing launch (tried 2026-12-01: 1.6–2.7× slower).
  */
 TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
+    // Hopper: the few-rows TMA tile up to 64 rows (1.3–2× the mma.sync tiles there, 2026-12-02); the TMA + wgmma
+    // tile from 128 rows on once it has 32 blocks (fewer: 130m's in_proj and the narrow x_proj at 256 rows, where
+    // the 64×32 tiles' many blocks win).
+    if (ex.cc == 90 && rows <= 64) return TcTile::kFewRows;
+    if (ex.cc == 90 && ((rows + 127) / 128) * ((out + 255) / 256) >= 32) return TcTile::kTma128x256;
     if (rows == 1 && xvec && out >= 4096) return TcTile::kDecode32;
-    // Hopper: the TMA + wgmma tile from 128 rows on, once it has 32 blocks (fewer: 130m's in_proj and the narrow
-    // x_proj at 256 rows, where the 64×32 tiles' many blocks win).
-    if (ex.cc == 90 && rows > 64 && ((rows + 127) / 128) * ((out + 255) / 256) >= 32) return TcTile::kTma128x256;
     const int64_t blocks128 = ((rows + 127) / 128) * ((out + 127) / 128);
     return rows > 64 && blocks128 >= ex.sms ? TcTile::k128x128 : TcTile::k64x32;
 }

@@ -22,7 +22,7 @@ bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
  * Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks.
  * The kTma tile runs TMA + wgmma (gemm_tc_sm90a.cu) and exist on compute capability 9.0 only (tensorTileRuns).
  */
-enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kCount };
+enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kFewRows, kCount };
 
 /** Whether `tile` runs on the device of `ex` (the wgmma tiles need compute capability 9.0). */
 bool tensorTileRuns(const Exec& ex, TcTile tile);

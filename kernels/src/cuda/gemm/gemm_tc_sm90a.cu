@@ -144,6 +144,58 @@ __device__ __forceinline__ void wgmma<__half, 256>(float (&d)[128], uint64_t a, 
             "+f"(d[127])
         : "l"(a), "l"(b), "n"(1));
 }
+template <>
+__device__ __forceinline__ void wgmma<__nv_bfloat16, 32>(float (&d)[16], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " %16, %17, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+            "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "n"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma<__nv_bfloat16, 64>(float (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,"
+        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+        " %32, %33, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+            "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+            "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+            "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+            "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "n"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma<__half, 32>(float (&d)[16], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " %16, %17, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+            "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b), "n"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma<__half, 64>(float (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,"
+        "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+        " %32, %33, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+            "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+            "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+            "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+            "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "n"(1));
+}
 #else
 template <typename T, int N>
 __device__ __forceinline__ void wgmma(float (&)[N / 2], uint64_t, uint64_t) {
@@ -267,9 +319,9 @@ __global__ void __launch_bounds__(384, 1)
             const uint64_t da = swizzled128(sA), db = swizzled128(sB);
             const int chunks = min(KK, (K - kt * BK + 15) / 16);  // chunks entirely past `in` are skipped
             wgmmaFence();
-            if (chunks == KK) {
+            if (chunks == KK) {  // (a branch between wgmmas would make ptxas serialise them; this one is outside)
 #pragma unroll
-                for (int kk = 0; kk < KK; ++kk) wgmma<T, L::BN>(acc, da + 2 * kk, db + 2 * kk);
+                for (int kk = 0; kk < KK; ++kk) wgmma<T, L::BN>(acc, da + 2 * kk, db + 2 * kk);  // + 32 bytes of k per step
             } else {
                 for (int kk = 0; kk < chunks; ++kk) wgmma<T, L::BN>(acc, da + 2 * kk, db + 2 * kk);
             }
@@ -317,6 +369,103 @@ __global__ void __launch_bounds__(384, 1)
     }
 }
 
+// ---- the few-rows kernel: up to 64 rows, the weights streamed through a TMA ring ----
+//
+// Batched decode (M ≤ 64) is bound by reading W once: one consumer warpgroup per block (64 rows × BN columns,
+// wgmma m64nBNk16), a producer warp keeping S stages in flight, BN = 32 or 64 so that the grid has about a block per
+// SM or more, two blocks per SM. Only the rows of x that exist are loaded (rounded up to 8); the rows of a stage's A
+// tile past them hold whatever an earlier stage left, which reaches only output rows that are never stored (an
+// output row of an MMA depends on its own A row alone). Tried and lost (2026-12-02): the x parts of all stages
+// packed side by side so that twice the stages fit — 1.4–1.6× slower.
+
+template <int BN, int S>
+struct FewRowsTile {
+    static constexpr int kThreads = 160, BM = 64, BK = 64;
+    static constexpr uint32_t kABytes = BM * BK * 2, kBBytes = BN * BK * 2, kStageBytes = kABytes + kBBytes;
+    static constexpr size_t kSmem = static_cast<size_t>(S) * kStageBytes + 2 * S * 8 + 1024;
+};
+
+template <typename T, int BN, int S>
+__global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constant__ CUtensorMap mapX,
+                                                           const __grid_constant__ CUtensorMap mapW, TcArgs a,
+                                                           uint32_t xBytes) {
+    using L = FewRowsTile<BN, S>;
+    constexpr int BK = L::BK, KK = BK / 16, NACC = BN / 2;
+    extern __shared__ __align__(1024) unsigned char tc_smem[];
+    const uint32_t base = (smemAddr(tc_smem) + 1023u) & ~1023u;
+    const uint32_t fullBar = base + S * L::kStageBytes, emptyBar = fullBar + S * 8;
+    const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
+    const int n0 = blockIdx.x * BN;
+    const int K = a.in, KT = (K + BK - 1) / BK;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; ++s) {
+            mbarInit(fullBar + 8 * s, 1);
+            mbarInit(emptyBar + 8 * s, 4);  // the consumer warps
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == 4) {
+        if ((threadIdx.x & 31) == 0) {
+            const int first = KT < S ? KT : S;
+            for (int kt = 0; kt < first; ++kt) {  // weights first: they do not depend on the previous kernel
+                mbarExpectTx(fullBar + 8 * kt, xBytes + L::kBBytes);
+                tmaLoad(base + kt * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * kt);
+            }
+            pdlWait();
+            for (int kt = 0; kt < first; ++kt) tmaLoad(base + kt * L::kStageBytes, mapX, kt * BK, 0, fullBar + 8 * kt);
+            for (int kt = S; kt < KT; ++kt) {
+                const int s = kt % S;
+                mbarWait(emptyBar + 8 * s, ((kt / S) - 1) & 1);
+                mbarExpectTx(fullBar + 8 * s, xBytes + L::kBBytes);
+                tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * s);
+                tmaLoad(base + s * L::kStageBytes, mapX, kt * BK, 0, fullBar + 8 * s);
+            }
+        }
+        return;
+    }
+    pdlWait();
+    pdlLaunchDependents();
+    const int lane = threadIdx.x & 31;
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    for (int kt = 0; kt < KT; ++kt) {
+        const int s = kt % S;
+        mbarWait(fullBar + 8 * s, (kt / S) & 1);
+        const uint64_t da = swizzled128(base + s * L::kStageBytes);
+        const uint64_t db = swizzled128(base + s * L::kStageBytes + L::kABytes);
+        const int chunks = min(KK, (K - kt * BK + 15) / 16);
+        wgmmaFence();
+        if (chunks == KK) {
+#pragma unroll
+            for (int kk = 0; kk < KK; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
+        } else {
+            for (int kk = 0; kk < chunks; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
+        }
+        wgmmaCommit();
+        wgmmaWait<1>();
+        if (kt > 0) {
+            __syncwarp();
+            if (lane == 0) mbarArrive(emptyBar + 8 * ((kt - 1) % S));
+        }
+    }
+    wgmmaWait<0>();
+    pinRegisters(acc);
+    const int64_t r0 = warp * 16 + (lane >> 2);
+    const int c0 = n0 + (lane & 3) * 2;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t m = r0 + (e >> 1) * 8;
+            const int n = c0 + j * 8 + (e & 1);
+            if (m < a.rows && n < a.out) finishElement(a, m, n, acc[j * 4 + e]);
+        }
+}
+
 /** cuTensorMapEncodeTiled from the driver (through the runtime: libmamba links no libcuda). */
 PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -362,10 +511,29 @@ void launchTma(const Exec& ex, const TcArgs& a, const void* xp) {
            static_cast<int>(nt));
 }
 
+template <typename T, int BN, int S>
+void launchFewRows(const Exec& ex, const TcArgs& a, const void* xp) {
+    using L = FewRowsTile<BN, S>;
+    const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+    const auto kernel = fewRowsTierKernel<T, BN, S>;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem)),
+          "cudaFuncSetAttribute (few-rows tier shared memory)");
+    const int xrows = static_cast<int>((a.rows + 7) / 8 * 8);
+    const CUtensorMap mapX = tensorMap(xp, bf16, a.in, a.rows, xrows);
+    const CUtensorMap mapW = tensorMap(a.w, bf16, a.in, a.out, BN);
+    launch("gemm (tensor-core tier, few rows)", ex, kernel, dim3(blocksFor(a.out, BN)), dim3(L::kThreads), L::kSmem,
+           mapX, mapW, a, static_cast<uint32_t>(xrows * L::BK * 2));
+}
+
 template <typename T>
 void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
     switch (tile) {
         case TcTile::kTma128x256: launchTma<T>(ex, a, xp); break;
+        case TcTile::kFewRows:  // BN from the width: about a block per SM or more
+            if (a.rows > 64) throw std::logic_error("gemm (tensor-core tier): the few-rows tile takes ≤ 64 rows");
+            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 6>(ex, a, xp);
+            else launchFewRows<T, 32, 8>(ex, a, xp);
+            break;
         default: throw std::logic_error("gemm (tensor-core tier): not a wgmma tile");
     }
 }
