@@ -344,8 +344,8 @@ bool CudaBackend::fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) co
     // One gemv kernel normalises its input rows into shared memory and writes them to norm.y as well. Its
     // blocks read norm.x while block 0 writes norm.y and every block writes y, so those may not overlap.
     const int64_t rows = linear.rows;
-    if (!fuse_ || rows < 1 || rows > kGemvMaxRows || linear.mode == GemmMode::Deterministic) return false;
     const Matrix& w = linear.w;
+    if (!fuse_ || rows < 1 || rows > fastGemvMaxRows(w.dtype) || linear.mode == GemmMode::Deterministic) return false;
     if (!gemvNormFusable(exec_, static_cast<int>(rows), forwardStorage(w, "normLinear"), w.dtype, w.in)) return false;
     const int64_t x_n = span(rows, norm.ldx, norm.d), y_n = span(rows, norm.ldy, norm.d);
     const int64_t c_n = span(rows, linear.ldc, w.out);

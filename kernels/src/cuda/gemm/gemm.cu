@@ -4,7 +4,7 @@
 // Forward, y = beta·y + x·Wᵀ (+ bias), W [out, in] read ONLY in the storage it is given (w.lowp for
 // BF16/F16, w.f32 for F32/TF32; the other pointer may be null):
 //
-// | storage    | rows ≤ kGemvMaxRows (decode)              | more rows                                    |
+// | storage    | rows ≤ fastGemvMaxRows (8; 4 for 16-bit)   | more rows                                    |
 // |------------|-------------------------------------------|----------------------------------------------|
 // | F32        | our gemv (gemv.cu), exact f32             | cublasSgemm, default math (no TF32)          |
 // | TF32       | our gemv, exact f32 (bandwidth-bound)     | cublasSgemm, TF32 tensor-op math             |
@@ -130,7 +130,7 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
                        lowp_ws_bytes_);
         return;
     }
-    if (g.rows <= kGemvMaxRows || g.mode == GemmMode::Deterministic) {
+    if (g.rows <= fastGemvMaxRows(w.dtype) || g.mode == GemmMode::Deterministic) {
         // Decode: HBM-bound matrix-vector products; f32 storage (F32 and TF32) runs in exact f32 here.
         for (int64_t r0 = 0; r0 < g.rows; r0 += kGemvMaxRows) {
             const int n = static_cast<int>(std::min<int64_t>(kGemvMaxRows, g.rows - r0));

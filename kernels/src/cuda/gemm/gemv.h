@@ -2,14 +2,23 @@
 // rmsnorm prologue (the fused half of Ops::normLinear). gemm.cu is the only caller besides the tests.
 #pragma once
 
+#include "mamba/mamba.h"
+
 #include "../cuda_check.h"
 
 #include <cstdint>
 
 namespace mamba::cuda {
 
-/** Rows up to which a Forward product uses our matrix-vector kernel rather than cuBLAS. */
+/** The most rows one gemv call takes (the F32 scalar tier runs longer products 8 rows at a time). */
 constexpr int kGemvMaxRows = 8;
+
+/**
+ * Rows up to which the fast modes send a Forward product to the gemv rather than cuBLAS: 8 for f32 weights, 4 for
+ * 16-bit ones, whose gemv time grows with the rows while cuBLAS's tensor cores stay flat (H200, 2026-12-02: the 2.8b
+ * decode step at 8 rows took 7.5 ms on the gemv against 3.9 ms for 16 rows on cuBLAS; at 4 rows 3.7 ms).
+ */
+constexpr int fastGemvMaxRows(int wdtype) { return wdtype == DTYPE_BF16 || wdtype == DTYPE_F16 ? 4 : kGemvMaxRows; }
 
 /** An rmsnorm fused in front of a gemv: the gemv's input is y = w ⊙ x / rms(x), which it also writes out. */
 struct NormPrologue {
