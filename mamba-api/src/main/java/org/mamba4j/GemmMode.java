@@ -19,9 +19,10 @@ public enum GemmMode {
      *       rounded to the weight type, and every output is one chain of tensor-core instructions over 16-wide
      *       slices of the input in ascending order, accumulated in f32 — no split-K, no shape-dependent algorithm.
      *       Its numbers are those of a bf16/f16 GEMM with f32 accumulation (not bit-equal to cuBLAS, whose
-     *       summation order is its own). Speed on an H200: about 0.3–0.6× cuBLAS (no split-K is allowed, and it
-     *       uses mma.sync, not Hopper's wgmma) — tens of times faster than the scalar tier for prefill, slower than
-     *       the fast mode for single-row decode of narrow, deep products; see docs/benchmarks.md.</li>
+     *       summation order is its own). On Hopper it runs TMA-fed wgmma tiles (bit-equal to the mma.sync tiles of
+     *       other GPUs). Speed on an H200: 0.83–0.95× cuBLAS on prefill/training products of 4,096+ rows (d_model ≥
+     *       768), 0.7–0.95× on wide decode products of ≤ 64 rows, 0.4–0.6× on narrow, deep ones (no split-K is
+     *       allowed); see docs/benchmarks.md.</li>
      *   <li><b>scalar tier</b> (the CPU, and CUDA {@link DType#F32} / {@link DType#TF32} weights): f32 FMA in a
      *       fixed order, exact f32 (TF32 storage is not rounded to TF32 here). On the CPU an 8-lane order, bit-equal
      *       to a plain scalar reference; on CUDA our batch-invariant GEMV, 8 rows per weight pass — as fast as the
@@ -33,13 +34,17 @@ public enum GemmMode {
      * switch to a wide layout from 32 steps and to a chunked scan for long prompts on small batches), so a prefill's
      * scan equals its decode steps bit for bit and does not depend on the batch. Mamba-3's CUDA prefill still uses
      * its chunked kernels for 32 steps and more: equal to its steps to f32 rounding, not bit for bit.
+     *
+     * <p>The cost on an H200 (BF16, graphs): a one-row decode step takes 1.75–2.4× the fast mode's (no fusions, and
+     * narrow products without split-K), a long Mamba-1 prefill 4–9× (the sequential scan); at 8 rows decode it is
+     * the faster mode. Not the default for that reason.
      */
     DETERMINISTIC(0),
     /**
-     * The fastest kernels: OpenBLAS (threaded for large products) on the CPU; on CUDA our GEMV for up to 8 rows and
-     * cuBLAS above (TF32 tensor cores for {@link DType#TF32} storage). Run-to-run reproducible for a fixed shape,
-     * thread count and GPU, but a row's last bits may change with the batch size. The default: the deterministic
-     * tiers are 1.5–3× slower on the GPU's prefill products and up to 4× on some decode products.
+     * The fastest kernels: OpenBLAS (threaded for large products) on the CPU; on CUDA our GEMV for up to 8 rows
+     * (4 for 16-bit weights) and cuBLAS above (TF32 tensor cores for {@link DType#TF32} storage). Run-to-run
+     * reproducible for a fixed shape, thread count and GPU, but a row's last bits may change with the batch size.
+     * The default: see {@link #DETERMINISTIC} for what that mode costs.
      */
     CUBLAS_FAST(1),
     /**
