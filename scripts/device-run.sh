@@ -8,6 +8,7 @@
 #   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
+#   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -27,6 +28,11 @@ for step in $steps; do
             bash .device/run.sh main org.mamba4j.bench.BenchCompare --current "$OUT/gpu-decode.json" \
               --baseline benchmarks/baselines/nvidia-h200.json 2>&1 | tee "$OUT/decode_compare.log" | tail -5 ;;
     finetune) bash scripts/device-hf-finetune.sh ;;
+    server) # the sample server over loopback on the GPU (bundle must include samples): 130m shape, 1/16/64 clients
+            for c in 1 16 64; do
+              bash .device/run.sh main org.mamba4j.samples.LoadTest --device cuda --d-model 768 --layers 24 --slots 64 \
+                --clients $c --requests 4 --max-tokens 128 2>&1 | tee "$OUT/server_load_$c.log" | tail -12
+            done ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
