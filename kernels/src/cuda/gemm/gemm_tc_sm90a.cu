@@ -226,8 +226,8 @@ __global__ void __launch_bounds__(384, 1)
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
-            mbarInit(fullBar + 8 * s, 1);            // the producer's arrive (+ the stage's bytes)
-            mbarInit(emptyBar + 8 * s, 8);           // every consumer warp
+            mbarInit(fullBar + 8 * s, 1);   // the producer's arrive (+ the stage's bytes)
+            mbarInit(emptyBar + 8 * s, 8);  // every consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the TMA unit
     }
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) {
         if (threadIdx.x == 0) {
             auto loadW = [&](int kt, int s) {
-                const uint32_t dst = base + s * L::kStageBytes + L::kABytes, bar = fullBar + 8 * s;
-                tmaLoad(dst, mapW, kt * BK, n0, bar);
+                tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * s);
             };
             const int first = KT < S ? KT : S;
             for (int kt = 0; kt < first; ++kt) {  // weights first: they do not depend on the previous kernel
