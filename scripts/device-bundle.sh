@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ../shared/device/make-bundle.sh, then slims the bundle so that it and a test binary fit the device's 64 MiB carry
-# limit together: no Jazzer and no fuzz targets (fuzzing runs here, never there), a jlink'd runtime without
-# jlink's own compression and without the JVM's symbol table, the whole packed with xz.
+# limit together: no Jazzer and no fuzz targets (fuzzing runs here, never there), only the cudart/cuBLAS JNI libraries
+# of bytedeco's CUDA jar, a jlink'd runtime without jlink's own compression and without the JVM's symbol table (with
+# java.net.http and jdk.httpserver for the sample server's load test), the whole packed with xz.
 #   usage: scripts/device-bundle.sh MODULE...     writes .device/bundle.txz and .device/run.sh (same use as before)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,13 @@ T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 tar xzf .device/bundle.tgz -C "$T" && rm .device/bundle.tgz
 rm -rf "$T"/bundle/jre "$T"/bundle/lib/jazzer-*.jar
 find "$T"/bundle/tests -name '*FuzzTest*.class' -delete
-"$JH/bin/jlink" --add-modules java.base,jdk.unsupported,java.logging,java.xml,java.management,jdk.management \
+# bytedeco's CUDA jar: only the cudart and cuBLAS JNI libraries are used (CudaInteropTest); NPP, cuSPARSE, cuDNN, …
+# are ~26 MB that kept the bundle and the op test from fitting one carry together
+for j in "$T"/bundle/lib/cuda-*-linux-x86_64.jar; do
+  [ -f "$j" ] || continue
+  unzip -Z1 "$j" | grep -E '/libjni[^/]*\.so$' | grep -vE '/libjni(cudart|cublas)\.so$' | xargs -r zip -q -d "$j"
+done
+"$JH/bin/jlink" --add-modules java.base,jdk.unsupported,java.logging,java.xml,java.management,jdk.management,java.net.http,jdk.httpserver \
   --strip-debug --no-header-files --no-man-pages --output "$T"/bundle/jre
 strip --strip-unneeded "$T"/bundle/jre/lib/server/libjvm.so
 tar cf - -C "$T" bundle | xz -T0 -9e > .device/bundle.txz
