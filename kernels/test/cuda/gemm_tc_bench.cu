@@ -189,6 +189,9 @@ void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, in
                         CUDA_R_16BF, in, &zero, p.dy, CUDA_R_32F, out, kCublasCompute32F, kCublasGemmDefault);
     };
     const double cu = timeUs(vendor, reps);
+    mamba::cuda::cublas().setMathMode(h, kCublasPedanticMath);  // CUBLAS_PEDANTIC's path, same packing
+    const double pedantic = timeUs(vendor, reps);
+    mamba::cuda::cublas().setMathMode(h, kCublasDefaultMath);
     const double flops = 2.0 * rows * out * in, bytes = 2.0 * out * in + 4.0 * rows * (in + out);
     std::string best;
     double bestUs = 1e30;
@@ -202,8 +205,8 @@ void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, in
         row += cell;
         if (ti >= 0 && us < bestUs) bestUs = us, best = tileName(t);
         if (ti == -1) {
-            std::printf("| %s | %lld | %.1f | %.1f | %.2fx | %.0f | %.0f |", name, static_cast<long long>(rows), cu, us,
-                        cu / us, flops / us / 1e6, bytes / us / 1e3);
+            std::printf("| %s | %lld | %.1f | %.1f | %.1f | %.2fx | %.0f | %.0f |", name, static_cast<long long>(rows), cu,
+                        pedantic, us, cu / us, flops / us / 1e6, bytes / us / 1e3);
         }
     }
     std::printf(" best %s %.1f |%s\n", best.c_str(), bestUs, row.c_str());
@@ -258,14 +261,20 @@ int main(int argc, char** argv) {
     if (checkOnly) return failures ? 1 : 0;
     cublasHandle h;
     mamba::cuda::cublas().create(&h);
-    std::printf("| shape | M | cuBLAS us | auto us | cuBLAS/auto | auto GFLOP/s | auto GB/s | tiles (us) |\n|---|---:|---:|---:|---:|---:|---:|---|\n");
+    std::printf("| shape | M | cuBLAS us | cuBLAS pedantic us | auto us | cuBLAS/auto | auto GFLOP/s | auto GB/s | tiles (us) |\n"
+                "|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     struct S {
         const char* name;
         int out, in;
     };
-    for (const S& s : {S{"130m in_proj", 3072, 768}, S{"130m out_proj", 768, 1536}, S{"1.4b in_proj", 8192, 2048},
-                       S{"2.8b in_proj", 10240, 2560}, S{"2.8b out_proj", 2560, 5120},
-                       S{"2.8b x_proj", 192, 5120}, S{"2.8b dt_proj", 5120, 160}})
+    // Every product of the four Mamba-1 sizes (d_model 768/1024/2048/2560, d_inner = 2·d_model, d_state 16,
+    // dt_rank = d_model/16): in_proj [2E, D], x_proj [dt_rank + 32, E], dt_proj [E, dt_rank], out_proj [D, E].
+    for (const S& s : {S{"130m in_proj", 3072, 768}, S{"130m x_proj", 80, 1536}, S{"130m dt_proj", 1536, 48},
+                       S{"130m out_proj", 768, 1536}, S{"370m in_proj", 4096, 1024}, S{"370m x_proj", 96, 2048},
+                       S{"370m dt_proj", 2048, 64}, S{"370m out_proj", 1024, 2048}, S{"1.4b in_proj", 8192, 2048},
+                       S{"1.4b x_proj", 160, 4096}, S{"1.4b dt_proj", 4096, 128}, S{"1.4b out_proj", 2048, 4096},
+                       S{"2.8b in_proj", 10240, 2560}, S{"2.8b x_proj", 192, 5120}, S{"2.8b dt_proj", 5120, 160},
+                       S{"2.8b out_proj", 2560, 5120}})
         for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
     return failures ? 1 : 0;
 }
