@@ -31,7 +31,7 @@ int failures = 0;
 void ck(cudaError_t e, const char* what) { mamba::bench::checkCuda(e, what); }
 
 const char* tileName(TcTile t) {
-    static const char* names[] = {"decode32", "64x32", "128x128", "tma128x256", "fewrows"};
+    static const char* names[] = {"decode32", "64x32", "128x128", "tma128x256", "fewrows", "fewrowsf32x"};
     return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
 }
 
@@ -113,7 +113,7 @@ void run(const Exec& e0, Problem& p, TcTile t, const float* bias = nullptr, floa
 }
 
 bool tileFits(const Exec& e, TcTile t, int64_t rows) {
-    const bool decode = t == TcTile::kDecode32;
+    const bool decode = t == TcTile::kDecode32 || t == TcTile::kFewRowsF32x;
     return (!decode || rows <= 16) && (t != TcTile::kFewRows || rows <= 64) && (t == TcTile::kAuto || tensorTileRuns(e, t));
 }
 

@@ -337,7 +337,8 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
         case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
         case TcTile::kTma128x256:
-        case TcTile::kFewRows: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
+        case TcTile::kFewRows:
+        case TcTile::kFewRowsF32x: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
         default: throw std::logic_error("gemm (tensor-core tier): unknown tile");
     }
 }
@@ -385,7 +386,7 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     if (!tensorTileRuns(ex, tile)) throw std::logic_error("gemm (tensor-core tier): this tile does not run on this device");
     const bool bf16 = wdtype == DTYPE_BF16;
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
-    if (tile == TcTile::kDecode32) {
+    if (tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x) {  // x read as f32, no packing launch
         if (rows > 16 || !xvec) throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
         if (bf16) launchTile<__nv_bfloat16>(ex, a, nullptr, tile);
         else launchTile<__half>(ex, a, nullptr, tile);

@@ -20,9 +20,10 @@ bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
 
 /**
  * Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks.
- * The kTma tile runs TMA + wgmma (gemm_tc_sm90a.cu) and exist on compute capability 9.0 only (tensorTileRuns).
+ * kTma128x256, kFewRows and kFewRowsF32x run TMA + wgmma (gemm_tc_sm90a.cu) and exist on compute capability 9.0 only
+ * (tensorTileRuns); kDecode32 and kFewRowsF32x read f32 x directly (≤ 16 aligned rows), the others x packed to W's type.
  */
-enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kFewRows, kCount };
+enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kFewRows, kFewRowsF32x, kCount };
 
 /** Whether `tile` runs on the device of `ex` (the wgmma tiles need compute capability 9.0). */
 bool tensorTileRuns(const Exec& ex, TcTile tile);

@@ -16,6 +16,8 @@
 #include "gemm_tc.h"
 #include "gemm_tc_parts.cuh"
 
+#include "../lowp.cuh"
+
 #include "mamba/mamba.h"
 
 #include <cuda.h>
@@ -333,25 +335,48 @@ __global__ void __launch_bounds__(384, 1)
 // output row of an MMA depends on its own A row alone). Tried and lost (2026-12-02): the x parts of all stages
 // packed side by side so that twice the stages fit — 1.4–1.6× slower.
 
-template <int BN, int S>
+template <int BN, int S, bool F32X>
 struct FewRowsTile {
     static constexpr int kThreads = 160, BM = 64, BK = 64;
-    static constexpr uint32_t kABytes = BM * BK * 2, kBBytes = BN * BK * 2, kStageBytes = kABytes + kBBytes;
+    static constexpr int kF32xMaxRows = 16;  // the f32-x variant's x staging holds this many rows
+    static constexpr uint32_t kABytes = BM * BK * 2, kBBytes = BN * BK * 2;
+    static constexpr uint32_t kXsBytes = F32X ? kF32xMaxRows * BK * 4 : 0;  // f32 x as TMA lands it
+    static constexpr uint32_t kStageBytes = kABytes + kBBytes + kXsBytes;
     static constexpr size_t kSmem = static_cast<size_t>(S) * kStageBytes + 2 * S * 8 + 1024;
 };
 
-template <typename T, int BN, int S>
+template <typename T>
+__device__ __forceinline__ uint32_t bits16(T v);
+template <>
+__device__ __forceinline__ uint32_t bits16<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+template <>
+__device__ __forceinline__ uint32_t bits16<__half>(__half v) { return __half_as_ushort(v); }
+/** Two f32 → one word of two T, rounded as rowsToLowp rounds (toStorage), the first value at the lower address. */
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    return bits16<T>(toStorage<T>(lo)) | (bits16<T>(toStorage<T>(hi)) << 16);
+}
+
+/**
+ * F32X: x is read as f32 straight from the caller's rows (≤ 16) — no packing launch before the product — and the
+ * consumer warpgroup rounds each stage's rows to T into the swizzled A tile itself (the same rounding as rowsToLowp,
+ * so the tensor cores see the same values as the packed variant's).
+ */
+template <typename T, int BN, int S, bool F32X>
 __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constant__ CUtensorMap mapX,
                                                            const __grid_constant__ CUtensorMap mapW, TcArgs a,
-                                                           uint32_t xBytes) {
-    using L = FewRowsTile<BN, S>;
+                                                           uint32_t xBytes, int xrows) {
+    using L = FewRowsTile<BN, S, F32X>;
     constexpr int BK = L::BK, KK = BK / 16, NACC = BN / 2;
     extern __shared__ __align__(1024) unsigned char tc_smem[];
     const uint32_t base = (smemAddr(tc_smem) + 1023u) & ~1023u;
+    unsigned char* const gbase = tc_smem + (base - smemAddr(tc_smem));  // the same bytes, generic address
     const uint32_t fullBar = base + S * L::kStageBytes, emptyBar = fullBar + S * 8;
     const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
     const int n0 = blockIdx.x * BN;
     const int K = a.in, KT = (K + BK - 1) / BK;
+    // Where TMA puts a stage's x: the A tile itself (16-bit x), or the f32 staging after the weights (F32X).
+    constexpr uint32_t kXOffset = F32X ? L::kABytes + L::kBBytes : 0;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
@@ -370,13 +395,14 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
                 tmaLoad(base + kt * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * kt);
             }
             pdlWait();
-            for (int kt = 0; kt < first; ++kt) tmaLoad(base + kt * L::kStageBytes, mapX, kt * BK, 0, fullBar + 8 * kt);
+            for (int kt = 0; kt < first; ++kt)
+                tmaLoad(base + kt * L::kStageBytes + kXOffset, mapX, kt * BK, 0, fullBar + 8 * kt);
             for (int kt = S; kt < KT; ++kt) {
                 const int s = kt % S;
                 mbarWait(emptyBar + 8 * s, ((kt / S) - 1) & 1);
                 mbarExpectTx(fullBar + 8 * s, xBytes + L::kBBytes);
                 tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * s);
-                tmaLoad(base + s * L::kStageBytes, mapX, kt * BK, 0, fullBar + 8 * s);
+                tmaLoad(base + s * L::kStageBytes + kXOffset, mapX, kt * BK, 0, fullBar + 8 * s);
             }
         }
         return;
@@ -390,6 +416,18 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
     for (int kt = 0; kt < KT; ++kt) {
         const int s = kt % S;
         mbarWait(fullBar + 8 * s, (kt / S) & 1);
+        if (F32X) {  // one 16-byte chunk of the A tile per thread: row r, k chunk c, at chunk position c ^ (r & 7)
+            const int t = threadIdx.x, r = t >> 3, c = t & 7;
+            if (r < xrows) {
+                const float* src = reinterpret_cast<const float*>(gbase + s * L::kStageBytes + kXOffset) + r * BK + c * 8;
+                const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
+                const uint4 packed = make_uint4(pack2<T>(v0.x, v0.y), pack2<T>(v0.z, v0.w), pack2<T>(v1.x, v1.y),
+                                                pack2<T>(v1.z, v1.w));
+                *reinterpret_cast<uint4*>(gbase + s * L::kStageBytes + r * (BK * 2) + ((c ^ (r & 7)) << 4)) = packed;
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes, wgmma reads
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");                 // the consumer warpgroup only
+        }
         const uint64_t da = swizzled128(base + s * L::kStageBytes);
         const uint64_t db = swizzled128(base + s * L::kStageBytes + L::kABytes);
         const int chunks = min(KK, (K - kt * BK + 15) / 16);
@@ -434,18 +472,27 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     return fn;
 }
 
-/** A row-major [rows][inner] 16-bit matrix as boxes of [boxRows][64] in the 128-byte swizzle, zeros past its edges. */
-CUtensorMap tensorMap(const void* base, bool bf16, int64_t inner, int64_t rows, int boxRows) {
+/**
+ * A row-major [rows][inner] matrix (row stride `ld` elements of `elemBytes`) as boxes of [boxRows][64], zeros past its
+ * edges: 16-bit operands in the 128-byte swizzle that the wgmma descriptors name, f32 x unswizzled.
+ */
+CUtensorMap tensorMap(const void* base, CUtensorMapDataType type, int elemBytes, int64_t inner, int64_t rows, int64_t ld,
+                      int boxRows, CUtensorMapSwizzle swizzle) {
     CUtensorMap m;
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(inner) * 2};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * elemBytes};
     const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(boxRows)}, step[2] = {1, 1};
-    const CUresult r = tensorMapEncoder()(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                          2, const_cast<void*>(base), dims, strides, box, step,
-                                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult r = tensorMapEncoder()(&m, type, 2, const_cast<void*>(base), dims, strides, box, step,
+                                          CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: CUresult " + std::to_string(r));
     return m;
+}
+
+/** A 16-bit operand [rows][inner] (ld = inner) in the 128-byte swizzle. */
+CUtensorMap tensorMap16(const void* base, bool bf16, int64_t inner, int64_t rows, int boxRows) {
+    return tensorMap(base, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, inner, rows,
+                     inner, boxRows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 template <typename T>
@@ -458,26 +505,30 @@ void launchTma(const Exec& ex, const TcArgs& a, const void* xp) {
                                  " bytes of shared memory; the device offers " + std::to_string(ex.smem_optin));
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem)),
           "cudaFuncSetAttribute (TMA tier shared memory)");
-    const CUtensorMap mapX = tensorMap(xp, bf16, a.in, a.rows, L::BM);
-    const CUtensorMap mapW = tensorMap(a.w, bf16, a.in, a.out, L::BN);
+    const CUtensorMap mapX = tensorMap16(xp, bf16, a.in, a.rows, L::BM);
+    const CUtensorMap mapW = tensorMap16(a.w, bf16, a.in, a.out, L::BN);
     const unsigned mt = blocksFor(a.rows, L::BM), nt = blocksFor(a.out, L::BN);
     if (static_cast<uint64_t>(mt) * nt > 0x7fffffffu) throw std::runtime_error("gemm (tensor-core tier, TMA): too many tiles");
     launch("gemm (tensor-core tier, TMA)", ex, kernel, dim3(mt * nt), dim3(L::kThreads), L::kSmem, mapX, mapW, a,
            static_cast<int>(nt));
 }
 
-template <typename T, int BN, int S>
+template <typename T, int BN, int S, bool F32X>
 void launchFewRows(const Exec& ex, const TcArgs& a, const void* xp) {
-    using L = FewRowsTile<BN, S>;
+    using L = FewRowsTile<BN, S, F32X>;
     const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
-    const auto kernel = fewRowsTierKernel<T, BN, S>;
+    const auto kernel = fewRowsTierKernel<T, BN, S, F32X>;
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem)),
           "cudaFuncSetAttribute (few-rows tier shared memory)");
     const int xrows = static_cast<int>((a.rows + 7) / 8 * 8);
-    const CUtensorMap mapX = tensorMap(xp, bf16, a.in, a.rows, xrows);
-    const CUtensorMap mapW = tensorMap(a.w, bf16, a.in, a.out, BN);
+    if (F32X && xrows > L::kF32xMaxRows)
+        throw std::logic_error("gemm (tensor-core tier): the f32-x few-rows tile takes ≤ 16 rows");
+    const CUtensorMap mapX = F32X ? tensorMap(a.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, a.in, a.rows, a.ldx, xrows,
+                                              CU_TENSOR_MAP_SWIZZLE_NONE)
+                                  : tensorMap16(xp, bf16, a.in, a.rows, xrows);
+    const CUtensorMap mapW = tensorMap16(a.w, bf16, a.in, a.out, BN);
     launch("gemm (tensor-core tier, few rows)", ex, kernel, dim3(blocksFor(a.out, BN)), dim3(L::kThreads), L::kSmem,
-           mapX, mapW, a, static_cast<uint32_t>(xrows * L::BK * 2));
+           mapX, mapW, a, static_cast<uint32_t>(xrows * L::BK * (F32X ? 4 : 2)), xrows);
 }
 
 template <typename T>
@@ -486,8 +537,12 @@ void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) 
         case TcTile::kTma128x256: launchTma<T>(ex, a, xp); break;
         case TcTile::kFewRows:  // BN from the width: about a block per SM or more
             if (a.rows > 64) throw std::logic_error("gemm (tensor-core tier): the few-rows tile takes ≤ 64 rows");
-            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 6>(ex, a, xp);
-            else launchFewRows<T, 32, 8>(ex, a, xp);
+            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 6, false>(ex, a, xp);
+            else launchFewRows<T, 32, 8, false>(ex, a, xp);
+            break;
+        case TcTile::kFewRowsF32x:  // the same with f32 x read directly (≤ 16 rows; fewer stages fit)
+            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 5, true>(ex, a, nullptr);
+            else launchFewRows<T, 32, 6, true>(ex, a, nullptr);
             break;
         default: throw std::logic_error("gemm (tensor-core tier): not a wgmma tile");
     }
