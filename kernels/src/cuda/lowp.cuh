@@ -64,4 +64,18 @@ __device__ __forceinline__ __nv_bfloat16 toStorage<__nv_bfloat16>(float v) { ret
 template <>
 __device__ __forceinline__ __half toStorage<__half>(float v) { return __float2half_rn(v); }
 
+/** Two f32 → one word of two T (round to nearest even), the first value at the lower address. */
+template <typename T>
+__device__ __forceinline__ uint32_t packPair(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t packPair<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t packPair<__half>(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 }  // namespace mamba::cuda

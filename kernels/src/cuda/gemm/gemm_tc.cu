@@ -60,20 +60,6 @@ __device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/** Two f32 → one word of two T (round to nearest even), the first value at the lower address. */
-template <typename T>
-__device__ __forceinline__ uint32_t packPair(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t packPair<__nv_bfloat16>(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t packPair<__half>(float lo, float hi) {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // ---- the kernels ----
 //
 // Two families share the per-element chain (gemm_tc.h):

@@ -345,22 +345,10 @@ struct FewRowsTile {
     static constexpr size_t kSmem = static_cast<size_t>(S) * kStageBytes + 2 * S * 8 + 1024;
 };
 
-template <typename T>
-__device__ __forceinline__ uint32_t bits16(T v);
-template <>
-__device__ __forceinline__ uint32_t bits16<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-template <>
-__device__ __forceinline__ uint32_t bits16<__half>(__half v) { return __half_as_ushort(v); }
-/** Two f32 → one word of two T, rounded as rowsToLowp rounds (toStorage), the first value at the lower address. */
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-    return bits16<T>(toStorage<T>(lo)) | (bits16<T>(toStorage<T>(hi)) << 16);
-}
-
 /**
  * F32X: x is read as f32 straight from the caller's rows (≤ 16) — no packing launch before the product — and the
- * consumer warpgroup rounds each stage's rows to T into the swizzled A tile itself (the same rounding as rowsToLowp,
- * so the tensor cores see the same values as the packed variant's).
+ * consumer warpgroup rounds each stage's rows to T into the swizzled A tile itself (packPair: round to nearest even,
+ * as rowsToLowp rounds, so the tensor cores see the same values as the packed variant's).
  */
 template <typename T, int BN, int S, bool F32X>
 __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constant__ CUtensorMap mapX,
@@ -421,8 +409,8 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
             if (r < xrows) {
                 const float* src = reinterpret_cast<const float*>(gbase + s * L::kStageBytes + kXOffset) + r * BK + c * 8;
                 const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
-                const uint4 packed = make_uint4(pack2<T>(v0.x, v0.y), pack2<T>(v0.z, v0.w), pack2<T>(v1.x, v1.y),
-                                                pack2<T>(v1.z, v1.w));
+                const uint4 packed = make_uint4(packPair<T>(v0.x, v0.y), packPair<T>(v0.z, v0.w),
+                                                packPair<T>(v1.x, v1.y), packPair<T>(v1.z, v1.w));
                 *reinterpret_cast<uint4*>(gbase + s * L::kStageBytes + r * (BK * 2) + ((c ^ (r & 7)) << 4)) = packed;
             }
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes, wgmma reads
