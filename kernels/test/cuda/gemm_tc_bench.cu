@@ -112,9 +112,12 @@ void run(const Exec& e0, Problem& p, TcTile t, const float* bias = nullptr, floa
                    kWorkspaceBytes, t);
 }
 
-bool tileFits(const Exec& e, TcTile t, int64_t rows) {
+bool tileFits(const Exec& e, TcTile t, int64_t rows, int out, int in) {
     const bool decode = t == TcTile::kDecode32 || t == TcTile::kFewRowsF32x;
-    return (!decode || rows <= 16) && (t != TcTile::kFewRows || rows <= 64) && (t == TcTile::kAuto || tensorTileRuns(e, t));
+    const bool split = tensorTierParts(e, out, in) > 1;  // split products run on the TMA tiles only
+    const bool tma = t == TcTile::kFewRows || t == TcTile::kFewRowsF32x || t == TcTile::kTma128x256;
+    return (!decode || rows <= 16) && (t != TcTile::kFewRows || rows <= 64) && (!split || tma || t == TcTile::kAuto) &&
+           (t == TcTile::kAuto || tensorTileRuns(e, t));
 }
 
 /** Every tile on one product: the same bits, and close to the reference. */
@@ -123,7 +126,7 @@ void checkTiles(const Exec& e, int64_t rows, int out, int in) {
     std::vector<float> first;
     for (int ti = 0; ti < static_cast<int>(TcTile::kCount); ++ti) {
         const TcTile t = static_cast<TcTile>(ti);
-        if (!tileFits(e, t, rows)) continue;
+        if (!tileFits(e, t, rows, out, in)) continue;
         ck(cudaMemset(p.dy, 0xff, static_cast<size_t>(rows) * out * 4), "poison");
         run(e, p, t);
         ck(cudaDeviceSynchronize(), tileName(t));
@@ -148,7 +151,7 @@ void checkTiles(const Exec& e, int64_t rows, int out, int in) {
     std::vector<float> firstEpi;
     for (int ti = 0; ti < static_cast<int>(TcTile::kCount); ++ti) {
         const TcTile t = static_cast<TcTile>(ti);
-        if (!tileFits(e, t, rows)) continue;
+        if (!tileFits(e, t, rows, out, in)) continue;
         ck(cudaMemcpy(p.dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice), "copy y0");
         run(e, p, t, db, 0.75f);
         ck(cudaDeviceSynchronize(), tileName(t));
@@ -198,7 +201,7 @@ void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, in
     std::string row;
     for (int ti = -1; ti < static_cast<int>(TcTile::kCount); ++ti) {
         const TcTile t = static_cast<TcTile>(ti);
-        if (!tileFits(e, t, rows)) continue;
+        if (!tileFits(e, t, rows, out, in)) continue;
         const double us = timeUs([&] { run(e, p, t); }, reps);
         char cell[64];
         std::snprintf(cell, sizeof cell, " %s %.1f |", tileName(t), us);
@@ -257,6 +260,12 @@ int main(int argc, char** argv) {
     checkTiles(e, 257, 2560, 5120);
     checkTiles(e, 33, 10240, 2560);  // the few-rows tile's 64-wide blocks
     checkTiles(e, 64, 2560, 776);    // its 32-wide blocks, a partial last k tile
+    // Products split over k (tensorTierParts on Hopper): x_proj shapes, a last part with a partial k tile.
+    checkTiles(e, 1, 192, 5120);
+    checkTiles(e, 5, 100, 1160);
+    checkTiles(e, 16, 80, 1536);
+    checkTiles(e, 64, 192, 5120);
+    checkTiles(e, 300, 192, 5120);
     std::printf("\n%s: %d failed\n\n", failures ? "FAILED" : "ALL PASSED", failures);
     if (checkOnly) return failures ? 1 : 0;
     cublasHandle h;

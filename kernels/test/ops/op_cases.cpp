@@ -1389,6 +1389,12 @@ std::vector<Case> allCases() {
             [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 9000, 72, {1, 16, 33, 300}); });
         add("invariant.gemm.forward", "B=1..300 out=17000 in=40 bias beta=1", dtype, "det", lowp(dtype), false,
             [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 17000, 40, {1, 9, 61, 128, 300}); });
+        // Narrow, deep weights: on Hopper their chains are cut into parts of k (tensorTierParts), few-rows and TMA
+        // tiles alike; the last width leaves a last part with a partial k tile.
+        add("invariant.gemm.forward", "B=1..300 out=192 in=2048 bias beta=1 (split over k)", dtype, "det", lowp(dtype),
+            false, [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 192, 2048, {1, 5, 16, 17, 64, 65, 300}); });
+        add("invariant.gemm.forward", "B=1..128 out=100 in=1160 bias beta=1 (split over k)", dtype, "det", lowp(dtype),
+            false, [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 100, 1160, {1, 9, 61, 128}); });
     }
     for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
         add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", dtype, "det", lowp(dtype), false,

@@ -30,6 +30,11 @@ namespace mamba::cuda {
 namespace {
 using namespace tc;
 
+// The split of narrow, deep products on Hopper (tensorTierParts): parts of kSplitPart elements of k (a multiple of
+// every tile's BK), for weights of at most kSplitMaxOut outputs — x_proj (80–192 outputs, 1,536–5,120 inputs), whose
+// few chains per k cannot fill the GPU otherwise.
+constexpr int kSplitPart = 512, kSplitMaxOut = 256;
+
 /** Four 8×8 matrices of 16-bit values from shared memory, in mma fragment order. */
 __device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -282,6 +287,20 @@ __global__ void __launch_bounds__(32 * WM * WN, kMinBlocks) packedTierKernel(TcA
     storeOutputs<MT, NT>(a, acc, m0 + wm * MT * 16, n0 + wn * NT * 16, lane);
 }
 
+// -- the sum of a split's parts: y = finish(((part 0 + part 1) + part 2) …), element by element --
+
+__global__ void sumPartsKernel(TcArgs a, const float* __restrict__ sums, int parts) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t n = a.rows * a.out;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        float v = sums[i];
+        for (int p = 1; p < parts; ++p) v += sums[p * n + i];
+        finishElement(a, i / a.out, static_cast<int>(i % a.out), v);
+    }
+}
+
 // ---- launching ----
 
 /** Opts a kernel in to `bytes` of dynamic shared memory (an attribute of the device context: set on every launch,
@@ -316,7 +335,7 @@ void launchPacked(const Exec& ex, const TcArgs& a, const T* xp) {
 }
 
 template <typename T>
-void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
+void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile, const KSplit& split = {}) {
     const T* p = static_cast<const T*>(xp);
     switch (tile) {
         case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
@@ -324,7 +343,9 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
         case TcTile::kTma128x256:
         case TcTile::kFewRows:
-        case TcTile::kFewRowsF32x: launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile); break;
+        case TcTile::kFewRowsF32x:
+            launchWgmmaTile(ex, a, xp, std::is_same<T, __half>::value ? DTYPE_F16 : DTYPE_BF16, tile, split);
+            break;
         default: throw std::logic_error("gemm (tensor-core tier): unknown tile");
     }
 }
@@ -348,7 +369,46 @@ TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+/**
+ * A narrow, deep product cut into `parts` parts of k (tensorTierParts): the Hopper tiles write each part's chains
+ * into the workspace after the packed x, then sumPartsKernel adds them in order and finishes y. Only the tiles that
+ * take a split run it (the TMA tiles), so every row count of such a weight gets the same sums.
+ */
+void splitProduct(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, int parts, void* workspace,
+                  size_t workspace_bytes) {
+    if (tile == TcTile::kAuto) tile = a.rows <= 64 ? TcTile::kFewRows : TcTile::kTma128x256;
+    if (tile != TcTile::kFewRows && tile != TcTile::kTma128x256 && tile != TcTile::kFewRowsF32x)
+        throw std::logic_error("gemm (tensor-core tier): a product split over k runs on the TMA tiles only");
+    const bool f32x = tile == TcTile::kFewRowsF32x;
+    if (f32x && (a.rows > 16 || tensorTierPacks(a.x, a.ldx, 1)))
+        throw std::logic_error("gemm (tensor-core tier): the f32-x tile takes ≤ 16 aligned rows");
+    // Per row: the packed x (not for f32x) and the parts' sums, 256-byte aligned.
+    const size_t xRow = f32x ? 0 : static_cast<size_t>(a.in) * 2, sumRow = static_cast<size_t>(a.out) * parts * 4;
+    const int64_t chunk = static_cast<int64_t>((workspace_bytes - 256) / (xRow + sumRow));
+    if (!workspace || chunk < 1) throw std::logic_error("gemm (tensor-core tier): no workspace for a split product");
+    const KSplit split0{kSplitPart, nullptr};
+    for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
+        TcArgs b = a;
+        b.x = a.x + r0 * a.ldx;
+        b.y = a.y + r0 * a.ldy;
+        b.rows = std::min(chunk, a.rows - r0);
+        KSplit split = split0;
+        const size_t xBytes = (static_cast<size_t>(b.rows) * xRow + 255) / 256 * 256;
+        split.sums = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + xBytes);
+        if (!f32x) rowsToLowp(ex, b.x, b.ldx, b.rows, b.in, workspace, wdtype);
+        if (wdtype == DTYPE_BF16) launchTile<__nv_bfloat16>(ex, b, f32x ? nullptr : workspace, tile, split);
+        else launchTile<__half>(ex, b, f32x ? nullptr : workspace, tile, split);
+        launch("gemm (tensor-core tier, sum of parts)", ex, sumPartsKernel,
+               dim3(static_cast<unsigned>(std::min<int64_t>((b.rows * b.out + 255) / 256, int64_t{ex.sms} * 8))),
+               dim3(256), 0, b, static_cast<const float*>(split.sums), parts);
+    }
+}
+
 }  // namespace
+
+int tensorTierParts(const Exec& ex, int out, int in) {
+    return ex.cc == 90 && out <= kSplitMaxOut && in >= 2 * kSplitPart ? (in + kSplitPart - 1) / kSplitPart : 1;
+}
 
 bool tensorTileRuns(const Exec& ex, TcTile tile) {
     return tile < TcTile::kTma128x256 || ex.cc == 90;
@@ -372,6 +432,11 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     if (!tensorTileRuns(ex, tile)) throw std::logic_error("gemm (tensor-core tier): this tile does not run on this device");
     const bool bf16 = wdtype == DTYPE_BF16;
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
+    const int parts = tensorTierParts(ex, out, in);
+    if (parts > 1) {
+        splitProduct(ex, a, wdtype, tile, parts, workspace, workspace_bytes);
+        return;
+    }
     if (tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x) {  // x read as f32, no packing launch
         if (rows > 16 || !xvec) throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
         if (bf16) launchTile<__nv_bfloat16>(ex, a, nullptr, tile);

@@ -70,6 +70,16 @@ struct TileLoad {
     }
 };
 
+/**
+ * A cut of every output's chain into parts of `part` elements of k (0: one chain over all of k). Part p's chains
+ * (raw, before bias and beta) go to sums + p·rows·out, row-major with ld = out; the tier then adds the parts in
+ * order and finishes each element (gemm_tc.cu).
+ */
+struct KSplit {
+    int part = 0;
+    float* sums = nullptr;
+};
+
 /** The epilogue of every tile: acc (+ bias) (+ beta·y), in this order, for the element at column n, y at yp. */
 __device__ __forceinline__ float finishValue(const TcArgs& a, int n, const float* yp, float acc) {
     float v = acc;
@@ -87,6 +97,7 @@ __device__ __forceinline__ void finishElement(const TcArgs& a, int64_t m, int n,
 }  // namespace tc
 
 /** Launches a wgmma tile (gemm_tc_sm90a.cu) on x already packed to W's type in `xp`; a 9.0 device only. */
-void launchWgmmaTile(const Exec& ex, const tc::TcArgs& a, const void* xp, int wdtype, TcTile tile);
+void launchWgmmaTile(const Exec& ex, const tc::TcArgs& a, const void* xp, int wdtype, TcTile tile,
+                     tc::KSplit split = {});
 
 }  // namespace mamba::cuda

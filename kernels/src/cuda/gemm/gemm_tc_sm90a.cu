@@ -210,7 +210,7 @@ struct TmaTile {
 template <typename T>
 __global__ void __launch_bounds__(384, 1)
     tmaTierKernel(const __grid_constant__ CUtensorMap mapX, const __grid_constant__ CUtensorMap mapW, TcArgs a,
-                  int ntiles) {
+                  int ntiles, KSplit split) {
     using L = TmaTile;
     constexpr int BK = L::BK, S = L::S, KK = BK / 16, NACC = L::BN / 2;
     extern __shared__ __align__(1024) unsigned char tc_smem[];
@@ -224,7 +224,10 @@ __global__ void __launch_bounds__(384, 1)
     const int within = static_cast<int>(blockIdx.x) % (kGroupM * ntiles);
     const int64_t m0 = static_cast<int64_t>(firstM + within % groupM) * L::BM;
     const int n0 = (within / groupM) * L::BN;
-    const int K = a.in, KT = (K + BK - 1) / BK;
+    // This block's part of k (blockIdx.y; the whole of k without a split).
+    const int kBegin = split.part ? static_cast<int>(blockIdx.y) * split.part : 0;
+    const int kEnd = split.part ? min(a.in, kBegin + split.part) : a.in;
+    const int KT = (kEnd - kBegin + BK - 1) / BK;
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; ++s) {
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(384, 1)
     if (wg == 0) {
         if (threadIdx.x == 0) {
             auto loadW = [&](int kt, int s) {
-                tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * s);
+                tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kBegin + kt * BK, n0, fullBar + 8 * s);
             };
             const int first = KT < S ? KT : S;
             for (int kt = 0; kt < first; ++kt) {  // weights first: they do not depend on the previous kernel
@@ -247,13 +250,13 @@ __global__ void __launch_bounds__(384, 1)
             }
             pdlWait();
             for (int kt = 0; kt < first; ++kt)
-                tmaLoad(base + kt * L::kStageBytes, mapX, kt * BK, static_cast<int>(m0), fullBar + 8 * kt);
+                tmaLoad(base + kt * L::kStageBytes, mapX, kBegin + kt * BK, static_cast<int>(m0), fullBar + 8 * kt);
             for (int kt = S; kt < KT; ++kt) {
                 const int s = kt % S;
                 mbarWait(emptyBar + 8 * s, ((kt / S) - 1) & 1);
                 mbarExpectTx(fullBar + 8 * s, L::kStageBytes);
                 loadW(kt, s);
-                tmaLoad(base + s * L::kStageBytes, mapX, kt * BK, static_cast<int>(m0), fullBar + 8 * s);
+                tmaLoad(base + s * L::kStageBytes, mapX, kBegin + kt * BK, static_cast<int>(m0), fullBar + 8 * s);
             }
         }
     } else {
@@ -274,7 +277,7 @@ __global__ void __launch_bounds__(384, 1)
             mbarWait(fullBar + 8 * s, (kt / S) & 1);
             const uint32_t sA = base + s * L::kStageBytes + cw * 64 * BK * 2, sB = base + s * L::kStageBytes + L::kABytes;
             const uint64_t da = swizzled128(sA), db = swizzled128(sB);
-            const int chunks = min(KK, (K - kt * BK + 15) / 16);  // chunks entirely past `in` are skipped
+            const int chunks = min(KK, (kEnd - kBegin - kt * BK + 15) / 16);  // chunks past the part are skipped
             wgmmaFence();
             if (chunks == KK) {  // (a branch between wgmmas would make ptxas serialise them; this one is outside)
 #pragma unroll
@@ -304,23 +307,24 @@ __global__ void __launch_bounds__(384, 1)
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
         const int t = threadIdx.x & 127, c4 = (t & 63) * 4;
         const int n = n0 + c4;
-        const bool vec = n + 3 < a.out && (a.ldy & 3) == 0 && (reinterpret_cast<uintptr_t>(a.y) & 15) == 0;
+        // A split stores its part's raw chains; otherwise y is finished in place.
+        float* const dst = split.sums ? split.sums + static_cast<int64_t>(blockIdx.y) * a.rows * a.out : a.y;
+        const int64_t ld = split.sums ? a.out : a.ldy;
+        const bool vec = n + 3 < a.out && (ld & 3) == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
         for (int r = t >> 6; r < 64; r += 2) {
             const int64_t m = m0 + cw * 64 + r;
             if (m >= a.rows) break;
             const float4 v = *reinterpret_cast<const float4*>(tile + r * kOutLd + c4);
-            float* yp = a.y + m * a.ldy + n;
+            float* yp = dst + m * ld + n;
+            const float e[4] = {v.x, v.y, v.z, v.w};
+            float o[4];
+            for (int i = 0; i < 4; ++i)  // (columns past the edge are neither read nor written)
+                o[i] = split.sums || n + i >= a.out ? e[i] : finishValue(a, n + i, yp + i, e[i]);
             if (vec) {
-                float4 o;
-                o.x = finishValue(a, n, yp, v.x);
-                o.y = finishValue(a, n + 1, yp + 1, v.y);
-                o.z = finishValue(a, n + 2, yp + 2, v.z);
-                o.w = finishValue(a, n + 3, yp + 3, v.w);
-                *reinterpret_cast<float4*>(yp) = o;
+                *reinterpret_cast<float4*>(yp) = make_float4(o[0], o[1], o[2], o[3]);
             } else {
-                const float e[4] = {v.x, v.y, v.z, v.w};
                 for (int i = 0; i < 4; ++i)
-                    if (n + i < a.out) yp[i] = finishValue(a, n + i, yp + i, e[i]);
+                    if (n + i < a.out) yp[i] = o[i];
             }
         }
     }
@@ -353,7 +357,7 @@ struct FewRowsTile {
 template <typename T, int BN, int S, bool F32X>
 __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constant__ CUtensorMap mapX,
                                                            const __grid_constant__ CUtensorMap mapW, TcArgs a,
-                                                           uint32_t xBytes, int xrows) {
+                                                           uint32_t xBytes, int xrows, KSplit split) {
     using L = FewRowsTile<BN, S, F32X>;
     constexpr int BK = L::BK, KK = BK / 16, NACC = BN / 2;
     extern __shared__ __align__(1024) unsigned char tc_smem[];
@@ -362,7 +366,9 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
     const uint32_t fullBar = base + S * L::kStageBytes, emptyBar = fullBar + S * 8;
     const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
     const int n0 = blockIdx.x * BN;
-    const int K = a.in, KT = (K + BK - 1) / BK;
+    const int kBegin = split.part ? static_cast<int>(blockIdx.y) * split.part : 0;  // this block's part of k
+    const int kEnd = split.part ? min(a.in, kBegin + split.part) : a.in;
+    const int KT = (kEnd - kBegin + BK - 1) / BK;
     // Where TMA puts a stage's x: the A tile itself (16-bit x), or the f32 staging after the weights (F32X).
     constexpr uint32_t kXOffset = F32X ? L::kABytes + L::kBBytes : 0;
 
@@ -380,17 +386,17 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
             const int first = KT < S ? KT : S;
             for (int kt = 0; kt < first; ++kt) {  // weights first: they do not depend on the previous kernel
                 mbarExpectTx(fullBar + 8 * kt, xBytes + L::kBBytes);
-                tmaLoad(base + kt * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * kt);
+                tmaLoad(base + kt * L::kStageBytes + L::kABytes, mapW, kBegin + kt * BK, n0, fullBar + 8 * kt);
             }
             pdlWait();
             for (int kt = 0; kt < first; ++kt)
-                tmaLoad(base + kt * L::kStageBytes + kXOffset, mapX, kt * BK, 0, fullBar + 8 * kt);
+                tmaLoad(base + kt * L::kStageBytes + kXOffset, mapX, kBegin + kt * BK, 0, fullBar + 8 * kt);
             for (int kt = S; kt < KT; ++kt) {
                 const int s = kt % S;
                 mbarWait(emptyBar + 8 * s, ((kt / S) - 1) & 1);
                 mbarExpectTx(fullBar + 8 * s, xBytes + L::kBBytes);
-                tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kt * BK, n0, fullBar + 8 * s);
-                tmaLoad(base + s * L::kStageBytes + kXOffset, mapX, kt * BK, 0, fullBar + 8 * s);
+                tmaLoad(base + s * L::kStageBytes + L::kABytes, mapW, kBegin + kt * BK, n0, fullBar + 8 * s);
+                tmaLoad(base + s * L::kStageBytes + kXOffset, mapX, kBegin + kt * BK, 0, fullBar + 8 * s);
             }
         }
         return;
@@ -418,7 +424,7 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
         }
         const uint64_t da = swizzled128(base + s * L::kStageBytes);
         const uint64_t db = swizzled128(base + s * L::kStageBytes + L::kABytes);
-        const int chunks = min(KK, (K - kt * BK + 15) / 16);
+        const int chunks = min(KK, (kEnd - kBegin - kt * BK + 15) / 16);
         wgmmaFence();
         if (chunks == KK) {
 #pragma unroll
@@ -443,7 +449,9 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
         for (int e = 0; e < 4; ++e) {
             const int64_t m = r0 + (e >> 1) * 8;
             const int n = c0 + j * 8 + (e & 1);
-            if (m < a.rows && n < a.out) finishElement(a, m, n, acc[j * 4 + e]);
+            if (m >= a.rows || n >= a.out) continue;
+            if (split.sums) split.sums[(static_cast<int64_t>(blockIdx.y) * a.rows + m) * a.out + n] = acc[j * 4 + e];
+            else finishElement(a, m, n, acc[j * 4 + e]);
         }
 }
 
@@ -483,8 +491,11 @@ CUtensorMap tensorMap16(const void* base, bool bf16, int64_t inner, int64_t rows
                      inner, boxRows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+/** Blocks along y: one per part of k. */
+unsigned partsOf(const TcArgs& a, const KSplit& split) { return split.part ? blocksFor(a.in, split.part) : 1; }
+
 template <typename T>
-void launchTma(const Exec& ex, const TcArgs& a, const void* xp) {
+void launchTma(const Exec& ex, const TcArgs& a, const void* xp, const KSplit& split) {
     using L = TmaTile;
     const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
     const auto kernel = tmaTierKernel<T>;
@@ -497,12 +508,12 @@ void launchTma(const Exec& ex, const TcArgs& a, const void* xp) {
     const CUtensorMap mapW = tensorMap16(a.w, bf16, a.in, a.out, L::BN);
     const unsigned mt = blocksFor(a.rows, L::BM), nt = blocksFor(a.out, L::BN);
     if (static_cast<uint64_t>(mt) * nt > 0x7fffffffu) throw std::runtime_error("gemm (tensor-core tier, TMA): too many tiles");
-    launch("gemm (tensor-core tier, TMA)", ex, kernel, dim3(mt * nt), dim3(L::kThreads), L::kSmem, mapX, mapW, a,
-           static_cast<int>(nt));
+    launch("gemm (tensor-core tier, TMA)", ex, kernel, dim3(mt * nt, partsOf(a, split)), dim3(L::kThreads), L::kSmem,
+           mapX, mapW, a, static_cast<int>(nt), split);
 }
 
 template <typename T, int BN, int S, bool F32X>
-void launchFewRows(const Exec& ex, const TcArgs& a, const void* xp) {
+void launchFewRows(const Exec& ex, const TcArgs& a, const void* xp, const KSplit& split) {
     using L = FewRowsTile<BN, S, F32X>;
     const bool bf16 = std::is_same<T, __nv_bfloat16>::value;
     const auto kernel = fewRowsTierKernel<T, BN, S, F32X>;
@@ -515,22 +526,23 @@ void launchFewRows(const Exec& ex, const TcArgs& a, const void* xp) {
                                               CU_TENSOR_MAP_SWIZZLE_NONE)
                                   : tensorMap16(xp, bf16, a.in, a.rows, xrows);
     const CUtensorMap mapW = tensorMap16(a.w, bf16, a.in, a.out, BN);
-    launch("gemm (tensor-core tier, few rows)", ex, kernel, dim3(blocksFor(a.out, BN)), dim3(L::kThreads), L::kSmem,
-           mapX, mapW, a, static_cast<uint32_t>(xrows * L::BK * (F32X ? 4 : 2)), xrows);
+    launch("gemm (tensor-core tier, few rows)", ex, kernel, dim3(blocksFor(a.out, BN), partsOf(a, split)),
+           dim3(L::kThreads), L::kSmem, mapX, mapW, a, static_cast<uint32_t>(xrows * L::BK * (F32X ? 4 : 2)), xrows,
+           split);
 }
 
 template <typename T>
-void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) {
+void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile, const KSplit& split) {
     switch (tile) {
-        case TcTile::kTma128x256: launchTma<T>(ex, a, xp); break;
+        case TcTile::kTma128x256: launchTma<T>(ex, a, xp, split); break;
         case TcTile::kFewRows:  // BN from the width: about a block per SM or more
             if (a.rows > 64) throw std::logic_error("gemm (tensor-core tier): the few-rows tile takes ≤ 64 rows");
-            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 6, false>(ex, a, xp);
-            else launchFewRows<T, 32, 8, false>(ex, a, xp);
+            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 6, false>(ex, a, xp, split);
+            else launchFewRows<T, 32, 8, false>(ex, a, xp, split);
             break;
         case TcTile::kFewRowsF32x:  // the same with f32 x read directly (≤ 16 rows; fewer stages fit)
-            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 5, true>(ex, a, nullptr);
-            else launchFewRows<T, 32, 6, true>(ex, a, nullptr);
+            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 5, true>(ex, a, nullptr, split);
+            else launchFewRows<T, 32, 6, true>(ex, a, nullptr, split);
             break;
         default: throw std::logic_error("gemm (tensor-core tier): not a wgmma tile");
     }
@@ -538,10 +550,10 @@ void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile) 
 
 }  // namespace
 
-void launchWgmmaTile(const Exec& ex, const TcArgs& a, const void* xp, int wdtype, TcTile tile) {
+void launchWgmmaTile(const Exec& ex, const TcArgs& a, const void* xp, int wdtype, TcTile tile, KSplit split) {
     if (ex.cc != 90) throw std::logic_error("gemm (tensor-core tier): wgmma tiles need a compute-capability 9.0 device");
-    if (wdtype == DTYPE_BF16) launchWgTile<__nv_bfloat16>(ex, a, xp, tile);
-    else launchWgTile<__half>(ex, a, xp, tile);
+    if (wdtype == DTYPE_BF16) launchWgTile<__nv_bfloat16>(ex, a, xp, tile, split);
+    else launchWgTile<__half>(ex, a, xp, tile, split);
 }
 
 }  // namespace mamba::cuda
