@@ -384,7 +384,7 @@ void splitProduct(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, int 
         throw std::logic_error("gemm (tensor-core tier): the f32-x tile takes ≤ 16 aligned rows");
     // Per row: the packed x (not for f32x) and the parts' sums, 256-byte aligned.
     const size_t xRow = f32x ? 0 : static_cast<size_t>(a.in) * 2, sumRow = static_cast<size_t>(a.out) * parts * 4;
-    const int64_t chunk = static_cast<int64_t>((workspace_bytes - 256) / (xRow + sumRow));
+    const int64_t chunk = workspace_bytes > 256 ? static_cast<int64_t>((workspace_bytes - 256) / (xRow + sumRow)) : 0;
     if (!workspace || chunk < 1) throw std::logic_error("gemm (tensor-core tier): no workspace for a split product");
     const KSplit split0{kSplitPart, nullptr};
     for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
@@ -427,16 +427,16 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
                     size_t workspace_bytes, TcTile tile) {
     if (rows <= 0 || out <= 0) return;
     if (!tensorTierTakes(w, wdtype, in)) throw std::logic_error("gemm (tensor-core tier): a weight it does not take");
-    const bool xvec = !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1));
-    if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, xvec);
     if (!tensorTileRuns(ex, tile)) throw std::logic_error("gemm (tensor-core tier): this tile does not run on this device");
-    const bool bf16 = wdtype == DTYPE_BF16;
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
     const int parts = tensorTierParts(ex, out, in);
-    if (parts > 1) {
+    if (parts > 1) {  // (before pickTile: a split picks among the TMA tiles only)
         splitProduct(ex, a, wdtype, tile, parts, workspace, workspace_bytes);
         return;
     }
+    const bool xvec = !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1));
+    if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, xvec);
+    const bool bf16 = wdtype == DTYPE_BF16;
     if (tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x) {  // x read as f32, no packing launch
         if (rows > 16 || !xvec) throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
         if (bf16) launchTile<__nv_bfloat16>(ex, a, nullptr, tile);
