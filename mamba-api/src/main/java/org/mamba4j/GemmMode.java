@@ -17,7 +17,9 @@ public enum GemmMode {
      * <ul>
      *   <li><b>tensor-core tier</b> (CUDA, {@link DType#BF16} / {@link DType#F16} weights): the activations are
      *       rounded to the weight type, and every output is one chain of tensor-core instructions over 16-wide
-     *       slices of the input in ascending order, accumulated in f32 — no split-K, no shape-dependent algorithm.
+     *       slices of the input in ascending order, accumulated in f32 — no split-K chosen from the call's shape, no
+     *       shape-dependent algorithm (on Hopper a narrow, deep weight such as x_proj has its input cut into fixed
+     *       parts of 512, a rule of the weight alone, whose chains are added in order).
      *       Its numbers are those of a bf16/f16 GEMM with f32 accumulation (not bit-equal to cuBLAS, whose
      *       summation order is its own). On Hopper it runs TMA-fed wgmma tiles (bit-equal to the mma.sync tiles of
      *       other GPUs). Speed on an H200: 0.83–0.95× cuBLAS on prefill/training products of 4,096+ rows (d_model ≥
