@@ -177,20 +177,23 @@ double timeUs(F f, int reps) {
     return mamba::bench::graphTimeUs([&](int) { f(); }, reps, g_stream);
 }
 
+/** y = x·Wᵀ as the fast mode runs it: x packed to bf16 into xb, then cublasGemmEx (f32 accumulation). */
+void vendorProduct(const Exec& e0, cublasHandle h, Problem& p, __nv_bfloat16* xb) {
+    Exec e = e0;
+    e.stream = g_stream;
+    const float one = 1.f, zero = 0.f;
+    mamba::cuda::cublas().setStream(h, g_stream);
+    rowsToLowp(e, p.dx, p.in, p.rows, p.in, xb, DTYPE_BF16);
+    mamba::cuda::cublas().gemmEx(h, kCublasOpT, kCublasOpN, p.out, static_cast<int>(p.rows), p.in, &one, p.dw,
+                                 CUDA_R_16BF, p.in, xb, CUDA_R_16BF, p.in, &zero, p.dy, CUDA_R_32F, p.out,
+                                 kCublasCompute32F, kCublasGemmDefault);
+}
+
 void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, int out, int in, int reps) {
     Problem p(rows, out, in, 99);
     __nv_bfloat16* xb;
     ck(cudaMalloc(&xb, static_cast<size_t>(rows) * in * 2), "xb");
-    const float one = 1.f, zero = 0.f;
-    // cuBLAS as the model's fast path runs it: pack x to bf16, then GemmEx (the pack is part of its time)
-    auto vendor = [&] {
-        Exec es = e;
-        es.stream = g_stream;
-        mamba::cuda::cublas().setStream(h, g_stream);
-        rowsToLowp(es, p.dx, in, rows, in, xb, DTYPE_BF16);
-        mamba::cuda::cublas().gemmEx(h, kCublasOpT, kCublasOpN, out, static_cast<int>(rows), in, &one, p.dw, CUDA_R_16BF, in, xb,
-                        CUDA_R_16BF, in, &zero, p.dy, CUDA_R_32F, out, kCublasCompute32F, kCublasGemmDefault);
-    };
+    auto vendor = [&] { vendorProduct(e, h, p, xb); };  // (the packing is part of its time)
     const double cu = timeUs(vendor, reps);
     mamba::cuda::cublas().setMathMode(h, kCublasPedanticMath);  // CUBLAS_PEDANTIC's path, same packing
     const double pedantic = timeUs(vendor, reps);
@@ -236,16 +239,9 @@ int main(int argc, char** argv) {
                 mamba::cuda::cublas().create(&h);
                 ck(cudaMalloc(&xb, static_cast<size_t>(p.rows) * p.in * 2), "xb");
             }
-            const float one = 1.f, zero = 0.f;
             for (int r = 0; r < 3; ++r) {
-                if (tile != 99) {
-                    run(e, p, static_cast<TcTile>(tile));
-                    continue;
-                }
-                rowsToLowp(e, p.dx, p.in, p.rows, p.in, xb, DTYPE_BF16);
-                mamba::cuda::cublas().gemmEx(h, kCublasOpT, kCublasOpN, p.out, static_cast<int>(p.rows), p.in, &one, p.dw,
-                                             CUDA_R_16BF, p.in, xb, CUDA_R_16BF, p.in, &zero, p.dy, CUDA_R_32F, p.out,
-                                             kCublasCompute32F, kCublasGemmDefault);
+                if (tile == 99) vendorProduct(e, h, p, xb);
+                else run(e, p, static_cast<TcTile>(tile));
             }
             ck(cudaDeviceSynchronize(), "one");
             return 0;

@@ -370,37 +370,43 @@ TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 /**
- * A narrow, deep product cut into `parts` parts of k (tensorTierParts): the Hopper tiles write each part's chains
- * into the workspace after the packed x, then sumPartsKernel adds them in order and finishes y. Only the tiles that
- * take a split run it (the TMA tiles), so every row count of such a weight gets the same sums.
+ * Runs `tile` on `a` in row chunks that fit the workspace: x rounded to W's type there first (unless the tile reads
+ * f32 x), and for a product cut into `parts` parts of k (tensorTierParts) each part's chains after it, which
+ * sumPartsKernel then adds in order to finish y.
  */
-void splitProduct(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, int parts, void* workspace,
-                  size_t workspace_bytes) {
-    if (tile == TcTile::kAuto) tile = a.rows <= 64 ? TcTile::kFewRows : TcTile::kTma128x256;
-    if (tile != TcTile::kFewRows && tile != TcTile::kTma128x256 && tile != TcTile::kFewRowsF32x)
-        throw std::logic_error("gemm (tensor-core tier): a product split over k runs on the TMA tiles only");
-    const bool f32x = tile == TcTile::kFewRowsF32x;
+void runTile(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, int parts, void* workspace,
+             size_t workspace_bytes) {
+    const bool f32x = tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x;
     if (f32x && (a.rows > 16 || tensorTierPacks(a.x, a.ldx, 1)))
-        throw std::logic_error("gemm (tensor-core tier): the f32-x tile takes ≤ 16 aligned rows");
-    // Per row: the packed x (not for f32x) and the parts' sums, 256-byte aligned.
-    const size_t xRow = f32x ? 0 : static_cast<size_t>(a.in) * 2, sumRow = static_cast<size_t>(a.out) * parts * 4;
-    const int64_t chunk = workspace_bytes > 256 ? static_cast<int64_t>((workspace_bytes - 256) / (xRow + sumRow)) : 0;
-    if (!workspace || chunk < 1) throw std::logic_error("gemm (tensor-core tier): no workspace for a split product");
-    const KSplit split0{kSplitPart, nullptr};
+        throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
+    // Workspace bytes per row: the packed x, then (256-byte aligned) the parts' sums.
+    const size_t xRow = f32x ? 0 : static_cast<size_t>(a.in) * 2;
+    const size_t sumRow = parts > 1 ? static_cast<size_t>(a.out) * parts * 4 : 0, align = parts > 1 ? 256 : 0;
+    int64_t chunk = a.rows;
+    if (xRow + sumRow > 0) {
+        chunk = workspace_bytes > align ? static_cast<int64_t>((workspace_bytes - align) / (xRow + sumRow)) : 0;
+        if (!workspace || chunk < 1)
+            throw std::logic_error("gemm (tensor-core tier): no workspace for packed rows or the sums of parts");
+    }
     for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
         TcArgs b = a;
         b.x = a.x + r0 * a.ldx;
         b.y = a.y + r0 * a.ldy;
         b.rows = std::min(chunk, a.rows - r0);
-        KSplit split = split0;
-        const size_t xBytes = (static_cast<size_t>(b.rows) * xRow + 255) / 256 * 256;
-        split.sums = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) + xBytes);
+        KSplit split;
+        if (parts > 1) {
+            split.part = kSplitPart;
+            split.sums = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
+                                                  (static_cast<size_t>(b.rows) * xRow + 255) / 256 * 256);
+        }
         if (!f32x) rowsToLowp(ex, b.x, b.ldx, b.rows, b.in, workspace, wdtype);
-        if (wdtype == DTYPE_BF16) launchTile<__nv_bfloat16>(ex, b, f32x ? nullptr : workspace, tile, split);
-        else launchTile<__half>(ex, b, f32x ? nullptr : workspace, tile, split);
-        launch("gemm (tensor-core tier, sum of parts)", ex, sumPartsKernel,
-               dim3(static_cast<unsigned>(std::min<int64_t>((b.rows * b.out + 255) / 256, int64_t{ex.sms} * 8))),
-               dim3(256), 0, b, static_cast<const float*>(split.sums), parts);
+        const void* xp = f32x ? nullptr : workspace;
+        if (wdtype == DTYPE_BF16) launchTile<__nv_bfloat16>(ex, b, xp, tile, split);
+        else launchTile<__half>(ex, b, xp, tile, split);
+        if (parts > 1)
+            launch("gemm (tensor-core tier, sum of parts)", ex, sumPartsKernel,
+                   dim3(static_cast<unsigned>(std::min<int64_t>((b.rows * b.out + 255) / 256, int64_t{ex.sms} * 8))),
+                   dim3(256), 0, b, static_cast<const float*>(split.sums), parts);
     }
 }
 
@@ -429,32 +435,14 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     if (!tensorTierTakes(w, wdtype, in)) throw std::logic_error("gemm (tensor-core tier): a weight it does not take");
     if (!tensorTileRuns(ex, tile)) throw std::logic_error("gemm (tensor-core tier): this tile does not run on this device");
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
+    // A product split over k runs on the TMA tiles only, so that every row count of its weight gets the same sums.
     const int parts = tensorTierParts(ex, out, in);
-    if (parts > 1) {  // (before pickTile: a split picks among the TMA tiles only)
-        splitProduct(ex, a, wdtype, tile, parts, workspace, workspace_bytes);
-        return;
-    }
-    const bool xvec = !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1));
-    if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, xvec);
-    const bool bf16 = wdtype == DTYPE_BF16;
-    if (tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x) {  // x read as f32, no packing launch
-        if (rows > 16 || !xvec) throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
-        if (bf16) launchTile<__nv_bfloat16>(ex, a, nullptr, tile);
-        else launchTile<__half>(ex, a, nullptr, tile);
-        return;
-    }
-    // Packed tiles: x rounded to the weight type in the workspace, as many rows at a time as it holds.
-    const int64_t chunk = static_cast<int64_t>(workspace_bytes / 2) / in;
-    if (!workspace || chunk < 1) throw std::logic_error("gemm (tensor-core tier): no workspace for packed rows");
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        TcArgs b = a;
-        b.x = x + r0 * ldx;
-        b.y = y + r0 * ldy;
-        b.rows = std::min(chunk, rows - r0);
-        rowsToLowp(ex, b.x, ldx, b.rows, in, workspace, wdtype);
-        if (bf16) launchTile<__nv_bfloat16>(ex, b, workspace, tile);
-        else launchTile<__half>(ex, b, workspace, tile);
-    }
+    if (tile == TcTile::kAuto)
+        tile = parts > 1 ? (rows <= 64 ? TcTile::kFewRows : TcTile::kTma128x256)
+                         : pickTile(ex, rows, out, !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1)));
+    if (parts > 1 && tile != TcTile::kFewRows && tile != TcTile::kTma128x256 && tile != TcTile::kFewRowsF32x)
+        throw std::logic_error("gemm (tensor-core tier): a product split over k runs on the TMA tiles only");
+    runTile(ex, a, wdtype, tile, parts, workspace, workspace_bytes);
 }
 
 }  // namespace mamba::cuda
