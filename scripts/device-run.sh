@@ -10,6 +10,7 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
+#   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -34,6 +35,15 @@ for step in $steps; do
               bash .device/run.sh main org.mamba4j.samples.LoadTest --device cuda --d-model 768 --layers 24 --slots 64 \
                 --clients $c --requests 4 --max-tokens 128 2>&1 | tee "$OUT/server_load_$c.log" | tail -12
             done ;;
+    train) # training tokens/s and MFU (issue 12 item 9); TRAIN_ONLY picks cases by substring
+           bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} \
+             --steps ${TRAIN_STEPS:-10} 2>&1 | tee "$OUT/train_bench.log" | grep -E '^\|' ;;
+    trainprof) # per-kernel time of one BF16 training step under ncu (clocks not locked), summed by kernel name
+           timeout ${PROF_S:-240} /usr/local/cuda/bin/ncu --target-processes all --clock-control none \
+             --metrics gpu__time_duration.sum --csv \
+             --log-file "$OUT/train_profile.csv" bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda \
+             --only "${PROF_ONLY:-lm-768x24-8x2048}" --dtype BF16 --steps 1 --warmup 0 > "$OUT/train_profile.log" 2>&1
+           python3 scripts/ncu_summary.py "$OUT/train_profile.csv" | tee "$OUT/train_profile.md" | head -40 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

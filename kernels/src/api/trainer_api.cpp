@@ -443,7 +443,7 @@ StepStats Trainer::backwardLogits(const float* dlogits, int64_t dlogitsLength, f
     checkScale(scale);
     if (!t.have_tape) failState("backwardLogits needs a forwardTokens first (each forward allows one backward)");
     const WeightView w = t.model.weights();
-    t.replica.runner.lmBackward(t.ops, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, t.seedScale(scale),
+    t.replica.runner.lmBackward(t.ops, w, t.replica.masterView(w.derived), t.replica.y_stage.data(), t.R, dlogits, t.seedScale(scale),
                                 t.replica.grads.data(), t.replica.dy_stage.data());
     t.backward();
     t.have_dx = false;

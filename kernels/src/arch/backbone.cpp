@@ -153,6 +153,7 @@ void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO&
     tape_x_ = io.x;
     tape_ids_ = io.ids;
     tape_start_ = start;
+    tape_mode_ = mode;
     have_tape_ = true;
 }
 
@@ -171,7 +172,7 @@ void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& m
     ops.rmsnormBackward(RmsNormBackwardArgs{entering_[d.n_layers].data(), d.d_model, w.vec(bb_.norm_f), dy, d.d_model,
                                             R, d.d_model, d.eps, dresid, d.d_model, 0.f, grad(bb_.norm_f)});
     for (int i = d.n_layers - 1; i >= 0; --i) {
-        LayerCall c = call(i, B, T, GemmMode::Reproducible, nullptr);
+        LayerCall c = call(i, B, T, tape_mode_, nullptr);
         c.input = entering_[i].data();
         c.start = tape_start_ + i * d.layer_state;
         c.dend = dEnd ? dEnd + i * d.layer_state : nullptr;
@@ -182,9 +183,9 @@ void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& m
     if (tape_ids_) {
         ops.embedBackward(EmbedBackwardArgs{dresid, d.d_model, tape_ids_, R, d.vocab, d.d_model, grad(bb_.embedding)});
     } else if (bb_.input_w >= 0) {
-        ops.gemm(Gemm::weightGrad(dresid, d.d_model, tape_x_, d.input_dim, R, d.d_model, d.input_dim, grad(bb_.input_w),
+        ops.gemm(Gemm::weightGrad(tape_mode_, w.matrix(bb_.input_w).dtype, dresid, d.d_model, tape_x_, d.input_dim, R, d.d_model, d.input_dim, grad(bb_.input_w),
                                   grad(bb_.input_b)));
-        if (dx) ops.gemm(Gemm::backwardData(dresid, d.d_model, R, master.matrix(bb_.input_w), dx, d.input_dim, 0.f));
+        if (dx) ops.gemm(Gemm::backwardData(tape_mode_, dresid, d.d_model, R, trainingMatrix(w, master, bb_.input_w), dx, d.input_dim, 0.f));
     } else if (dx) {
         ops.copy(dx, dresid, R * d.d_model);
     }
@@ -203,6 +204,7 @@ void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& mas
     logits_.ensure(ops, block * V);
     float* logits = logits_.data();
     float* dhead = a.grads ? a.grads + bb_.table[bb_.lm_head].offset : nullptr;
+    const Matrix head = trainingMatrix(w, master, bb_.lm_head);
     for (int64_t r0 = 0; r0 < a.rows; r0 += block) {
         const int64_t n = std::min(block, a.rows - r0);
         const float* y = a.y + r0 * D;
@@ -210,8 +212,8 @@ void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& mas
         ops.crossEntropy(CrossEntropyArgs{logits, n, V, a.targets + r0, a.ignore_index, a.scale, a.row_loss + r0,
                                           a.row_correct + r0, dhead ? logits : nullptr});
         if (!dhead) continue;
-        ops.gemm(Gemm::weightGrad(logits, V, y, D, n, V, D, dhead, nullptr));
-        ops.gemm(Gemm::backwardData(logits, V, n, master.matrix(bb_.lm_head), a.dy + r0 * D, D, 0.f));
+        ops.gemm(Gemm::weightGrad(a.mode, head.dtype, logits, V, y, D, n, V, D, dhead, nullptr));
+        ops.gemm(Gemm::backwardData(a.mode, logits, V, n, head, a.dy + r0 * D, D, 0.f));
     }
 }
 
@@ -228,19 +230,20 @@ void BackboneRunner::lmLogits(Ops& ops, const WeightView& w, const float* y, int
     }
 }
 
-void BackboneRunner::lmBackward(Ops& ops, const WeightView& master, const float* y, int64_t rows,
+void BackboneRunner::lmBackward(Ops& ops, const WeightView& w, const WeightView& master, const float* y, int64_t rows,
                                 const float* hostDlogits, float scale, float* grads, float* dy) {
     if (bb_.lm_head < 0) throw std::logic_error("lmBackward needs a language model");
     const int D = bb_.dims.d_model, V = bb_.dims.vocab;
     const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
     logits_.ensure(ops, block * V);
     float* dhead = grads + bb_.table[bb_.lm_head].offset;
+    const Matrix head = trainingMatrix(w, master, bb_.lm_head);
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         const int64_t n = std::min(block, rows - r0);
         ops.upload(logits_.data(), hostDlogits + r0 * V, n * V);
         if (scale != 1.f) ops.scale(logits_.data(), n * V, scale);
-        ops.gemm(Gemm::weightGrad(logits_.data(), V, y + r0 * D, D, n, V, D, dhead, nullptr));
-        ops.gemm(Gemm::backwardData(logits_.data(), V, n, master.matrix(bb_.lm_head), dy + r0 * D, D, 0.f));
+        ops.gemm(Gemm::weightGrad(tape_mode_, head.dtype, logits_.data(), V, y + r0 * D, D, n, V, D, dhead, nullptr));
+        ops.gemm(Gemm::backwardData(tape_mode_, logits_.data(), V, n, head, dy + r0 * D, D, 0.f));
     }
 }
 

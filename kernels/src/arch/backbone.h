@@ -110,7 +110,7 @@ public:
      * The head's backward for caller-computed dlogits (host [rows, vocab]) times scale, block by block:
      * grads[lm_head] += dlogitsᵀ·y, dy = dlogits·W_head (f32 masters; dy overwritten).
      */
-    void lmBackward(Ops& ops, const WeightView& master, const float* y, int64_t rows, const float* hostDlogits,
+    void lmBackward(Ops& ops, const WeightView& w, const WeightView& master, const float* y, int64_t rows, const float* hostDlogits,
                     float scale, float* grads, float* dy);
 
 private:
@@ -132,6 +132,7 @@ private:
     const float* tape_x_ = nullptr;
     const int32_t* tape_ids_ = nullptr;
     const float* tape_start_ = nullptr;
+    GemmMode tape_mode_ = GemmMode::Reproducible;  // the taped forward's mode, also its backward's
 };
 
 }  // namespace mamba

@@ -60,4 +60,16 @@ struct WeightView {
     }
 };
 
+/**
+ * The Matrix a backward product of weight `index` takes: the f32 masters (for F32/TF32 products and the CPU) and,
+ * for BF16/F16 storage, the 2-byte copy the forward ran on (the operand of the tensor-core backward).
+ */
+inline Matrix trainingMatrix(const WeightView& storage, const WeightView& master, int index) {
+    Matrix m = master.matrix(index);
+    const Matrix s = storage.matrix(index);
+    m.dtype = s.dtype;
+    m.lowp = s.lowp;
+    return m;
+}
+
 }  // namespace mamba

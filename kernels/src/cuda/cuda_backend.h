@@ -127,7 +127,7 @@ private:
     // gemm/gemm.cu (the lock is held)
     void runGemm(const Gemm& g);
     void gemmForward(const Exec& e, const Gemm& g);
-    void gemmBackwardData(const Gemm& g);
+    void gemmBackwardData(const Exec& e, const Gemm& g);
     void gemmWeightGrad(const Exec& e, const Gemm& g);
     // the fusion decisions (the lock is held)
     bool fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const;

@@ -34,9 +34,14 @@ enum class GemmMode { Fast, Pedantic, Reproducible, Deterministic };
 
 enum class GemmKind {
     Forward,       // c[r, 0:out] = beta·c[r] + a[r, 0:in]·Wᵀ (+ bias)            a = x,  c = y
-    BackwardData,  // c[r, 0:in]  = beta·c[r] + a[r, 0:out]·W   (W read as f32)    a = dy, c = dx
+    BackwardData,  // c[r, 0:in]  = beta·c[r] + a[r, 0:out]·W                      a = dy, c = dx
     WeightGrad,    // dw[out, in] += Σ_r a[r]ᵀ·b[r]; dbias[out] += Σ_r a[r]        a = dy, b = x
 };
+// The backward products of a weight run in its storage type, like its forward: BF16/F16 round dy (and x for
+// WeightGrad) to that type and use tensor cores with f32 accumulation into f32 gradients (on CUDA; the CPU
+// backend keeps f32 operands); F32 is true f32, TF32 allows TF32 tensor-op math. BackwardData reads W's 2-byte
+// values for BF16/F16 and its f32 values otherwise, so a training Matrix carries both (trainingMatrix, weights.h).
+// A backward product's mode is Pedantic or Reproducible: batch invariance is a promise about forward rows.
 
 struct Gemm {
     GemmKind kind;
@@ -58,18 +63,19 @@ struct Gemm {
                         float* y, int64_t ldy, float beta) {
         return Gemm{GemmKind::Forward, mode, rows, w, x, ldx, nullptr, 0, y, ldy, beta, bias, nullptr};
     }
-    /** dx = beta·dx + dy·W, with W's f32 values. */
-    static Gemm backwardData(const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx, int64_t lddx,
-                             float beta) {
-        return Gemm{GemmKind::BackwardData, GemmMode::Reproducible, rows, w, dy, lddy, nullptr, 0, dx, lddx, beta,
+    /** dx = beta·dx + dy·W, in W's storage type (see above). */
+    static Gemm backwardData(GemmMode mode, const float* dy, int64_t lddy, int64_t rows, const Matrix& w, float* dx,
+                             int64_t lddx, float beta) {
+        return Gemm{GemmKind::BackwardData, backwardMode(mode), rows, w, dy, lddy, nullptr, 0, dx, lddx, beta,
                     nullptr, nullptr};
     }
-    /** dw[out, in] += Σ_r dy[r]ᵀ·x[r]; dbias += Σ_r dy[r] when not null. */
-    static Gemm weightGrad(const float* dy, int64_t lddy, const float* x, int64_t ldx, int64_t rows, int out, int in,
-                           float* dw, float* dbias) {
-        return Gemm{GemmKind::WeightGrad, GemmMode::Reproducible, rows, Matrix{nullptr, nullptr, DTYPE_F32, out, in},
-                    dy, lddy, x, ldx, dw, in, 1.f, nullptr, dbias};
+    /** dw[out, in] += Σ_r dy[r]ᵀ·x[r]; dbias += Σ_r dy[r] when not null; operands in `dtype` (see above). */
+    static Gemm weightGrad(GemmMode mode, int dtype, const float* dy, int64_t lddy, const float* x, int64_t ldx,
+                           int64_t rows, int out, int in, float* dw, float* dbias) {
+        return Gemm{GemmKind::WeightGrad, backwardMode(mode), rows, Matrix{nullptr, nullptr, dtype, out, in}, dy, lddy,
+                    x, ldx, dw, in, 1.f, nullptr, dbias};
     }
+    static GemmMode backwardMode(GemmMode m) { return m == GemmMode::Pedantic ? m : GemmMode::Reproducible; }
 };
 
 }  // namespace mamba

@@ -54,8 +54,8 @@ void LinearHead::forward(Ops& ops, const float* y, int64_t rows, GemmMode mode) 
 }
 
 void LinearHead::backward(Ops& ops, const float* y, int64_t rows, float* dy) {
-    ops.gemm(Gemm::weightGrad(logits.data(), vocab, y, d_model, rows, vocab, d_model, g.data(), g.data() + bias_offset));
-    ops.gemm(Gemm::backwardData(logits.data(), vocab, rows, matrix(), dy, d_model, 0.f));
+    ops.gemm(Gemm::weightGrad(GemmMode::Reproducible, DTYPE_F32, logits.data(), vocab, y, d_model, rows, vocab, d_model, g.data(), g.data() + bias_offset));
+    ops.gemm(Gemm::backwardData(GemmMode::Reproducible, logits.data(), vocab, rows, matrix(), dy, d_model, 0.f));
 }
 
 }  // namespace mamba

@@ -262,18 +262,18 @@ Prepared gemmBackwardDataCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, 
     Arena* A = p.arena.get();
     const int64_t lddy = out + (pad ? 4 : 0), lddx = in + (pad ? 6 : 0);
     const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1);
-    // W is read as f32: a 16-bit matrix must carry its masters, and the reference uses those.
+    // A 16-bit matrix carries its masters (the CPU's operand) and its 2-byte copy (CUDA's tensor-core operand).
     const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(out), true);
     std::vector<float> dx0 = beta != 0 ? padded(rng, rows, lddx, in, -1, 1)
                                        : std::vector<float>(static_cast<size_t>(rows * lddx), poisonValue());
     float* ddx = A->put(dx0);
-    const Gemm g = Gemm::backwardData(A->put(dy), lddy, rows, w.m, ddx, lddx, beta);
+    const Gemm g = Gemm::backwardData(GemmMode::Reproducible, A->put(dy), lddy, rows, w.m, ddx, lddx, beta);
     p.call = [&ops, g] { ops.gemm(g); };
     const Vec want = ref::gemmBackwardData(dense(dy, rows, lddy, out), rows, w.masters, out, in, beta,
                                            dense(dx0, rows, lddx, in));
     p.check = [=] {
         const std::vector<float> got = A->get(ddx, rows * lddx);
-        return std::vector<Compare>{nmax("dx", strip(got, rows, lddx, in), want, gemmTol(DTYPE_F32)),
+        return std::vector<Compare>{nmax("dx", strip(got, rows, lddx, in), want, gemmTol(dtype)),
                                     padding("dx", got, rows, lddx, in)};
     };
     p.outputs = [=] { return Outputs{A->get(ddx, rows * lddx)}; };
@@ -282,7 +282,7 @@ Prepared gemmBackwardDataCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, 
     return p;
 }
 
-Prepared gemmWeightGradCase(Ops& ops, uint64_t seed, int64_t rows, int out, int in, bool withBias, bool pad) {
+Prepared gemmWeightGradCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, bool withBias, bool pad) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -292,13 +292,14 @@ Prepared gemmWeightGradCase(Ops& ops, uint64_t seed, int64_t rows, int out, int 
     const std::vector<float> db0 = uniform(rng, out, -0.5, 0.5);
     float* ddw = A->put(dw0);
     float* ddb = withBias ? A->put(db0) : nullptr;
-    const Gemm g = Gemm::weightGrad(A->put(dy), lddy, A->put(x), ldx, rows, out, in, ddw, ddb);
+    const Gemm g = Gemm::weightGrad(GemmMode::Reproducible, dtype, A->put(dy), lddy, A->put(x), ldx, rows, out, in, ddw, ddb);
     p.call = [&ops, g] { ops.gemm(g); };
     Vec wantW = toDouble(dw0), wantB = toDouble(db0);
     ref::gemmWeightGrad(dense(dy, rows, lddy, out), dense(x, rows, ldx, in), rows, out, in, wantW,
                         withBias ? &wantB : nullptr);
     p.check = [=] {
-        std::vector<Compare> c{nmax("dw", A->get(ddw, static_cast<int64_t>(out) * in), wantW, gemmTol(DTYPE_F32))};
+        // (16-bit operands: dy and x rounded; the bias gradient sums the unrounded dy in f32 on every backend)
+        std::vector<Compare> c{nmax("dw", A->get(ddw, static_cast<int64_t>(out) * in), wantW, gemmTol(dtype))};
         if (withBias) c.push_back(nmax("dbias", A->get(ddb, out), wantB, gemmTol(DTYPE_F32)));
         return c;
     };
@@ -1459,7 +1460,7 @@ std::vector<Case> allCases() {
                         });
                 }
 
-    // ---- gemm BackwardData, WeightGrad (always Reproducible) ----
+    // ---- gemm BackwardData, WeightGrad (Reproducible; operands in the weight's storage type) ----
     for (int64_t rows : gemmRows)
         for (float beta : {0.f, 1.f}) {
             const bool pad = beta != 0;
@@ -1467,9 +1468,26 @@ std::vector<Case> allCases() {
                 DTYPE_F32, "repro", NEED_TRAINING, false,
                 [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, rows, 72, 56, beta, pad); });
         }
-    for (int dtype : {DTYPE_BF16, DTYPE_F16})  // a 16-bit model's backward reads its f32 masters
-        add("gemm.backwardData", "rows=64 out=72 in=56 beta=0 masters", dtype, "repro", NEED_TRAINING | NEED_LOWP, false,
+    for (int dtype : {DTYPE_BF16, DTYPE_F16, DTYPE_TF32}) {  // 16-bit: tensor cores on CUDA, the masters on the CPU
+        const int need = NEED_TRAINING | NEED_LOWP;
+        add("gemm.backwardData", "rows=64 out=72 in=56 beta=0", dtype, "repro", need, false,
             [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, dtype, 64, 72, 56, 0.f, false); });
+        add("gemm.backwardData", "rows=257 out=300 in=200 beta=1 ld+", dtype, "repro", need, false,
+            [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, dtype, 257, 300, 200, 1.f, true); });
+        add("gemm.weightGrad", "rows=257 out=300 in=200 dbias ld+", dtype, "repro", need, false,
+            [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, dtype, 257, 300, 200, true, true); });
+        // Past the 32 MiB packing workspace: two chunks of rows (in order, through beta = 1 for dW).
+        add("gemm.backwardData", "rows=4200 out=4096 in=8 beta=1 (chunks)", dtype, "repro", need, false,
+            [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, dtype, 4200, 4096, 8, 1.f, false); });
+        add("gemm.weightGrad", "rows=4200 out=4096 in=8 dbias (chunks)", dtype, "repro", need, false,
+            [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, dtype, 4200, 4096, 8, true, false); });
+    }
+    for (int dtype : {DTYPE_BF16, DTYPE_F16}) {  // timing rows (130m in_proj, 512 rows)
+        add("gemm.backwardData", "rows=512 out=3072 in=768", dtype, "repro", NEED_TRAINING | NEED_LOWP, true,
+            [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, dtype, 512, 3072, 768, 0.f, false); });
+        add("gemm.weightGrad", "rows=512 out=3072 in=768 dbias", dtype, "repro", NEED_TRAINING | NEED_LOWP, true,
+            [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, dtype, 512, 3072, 768, true, false); });
+    }
     add("gemm.backwardData", "rows=257 out=300 in=200 beta=1 ld+", DTYPE_F32, "repro", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 257, 300, 200, 1.f, true); });
     add("gemm.backwardData", "rows=512 out=3072 in=768", DTYPE_F32, "repro", NEED_TRAINING, true,
@@ -1479,12 +1497,12 @@ std::vector<Case> allCases() {
             const bool pad = !bias;
             add("gemm.weightGrad", format("rows=%lld out=72 in=56 %s%s", static_cast<long long>(rows), bias ? "dbias" : "nodbias", pad ? " ld+" : ""),
                 DTYPE_F32, "repro", NEED_TRAINING, false,
-                [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, rows, 72, 56, bias, pad); });
+                [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, DTYPE_F32, rows, 72, 56, bias, pad); });
         }
     add("gemm.weightGrad", "rows=257 out=300 in=200 dbias ld+", DTYPE_F32, "repro", NEED_TRAINING, false,
-        [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, 257, 300, 200, true, true); });
+        [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, DTYPE_F32, 257, 300, 200, true, true); });
     add("gemm.weightGrad", "rows=512 out=3072 in=768 dbias", DTYPE_F32, "repro", NEED_TRAINING, true,
-        [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, 512, 3072, 768, true, false); });
+        [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, DTYPE_F32, 512, 3072, 768, true, false); });
 
     // ---- norms ----
     for (int64_t rows : {1, 7, 64})
@@ -1668,7 +1686,7 @@ std::vector<Case> allCases() {
     train("gemm.backwardData", "rows=257 out=300 in=200 beta=0",
           [](Ops& o, uint64_t s) { return gemmBackwardDataCase(o, s, DTYPE_F32, 257, 300, 200, 0.f, false); });
     train("gemm.weightGrad", "rows=257 out=300 in=200 dbias",
-          [](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, 257, 300, 200, true, false); });
+          [](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, DTYPE_F32, 257, 300, 200, true, false); });
     train("rmsnormBackward", "rows=257 d=1000 beta=1",
           [](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 257, 1000, 1.f, false); });
     train("convSiluBackward", "B=4 T=64 C=160 K=4", [](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 4, 64, 160, 4); });

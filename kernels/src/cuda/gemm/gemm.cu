@@ -24,8 +24,13 @@
 // alone, and cuBLAS is run to run deterministic for a fixed handle, stream, workspace and shape (one
 // handle per context, no atomics mode), so a product depends only on its operands.
 //
-// BackwardData, dx = beta·dx + dy·W, and WeightGrad, dw += dyᵀ·x, dbias += Σ_r dy[r], always run in true
-// f32 on cuBLAS (default math) with W's f32 values; the bias gradient is a fixed-order column sum.
+// BackwardData, dx = beta·dx + dy·W, and WeightGrad, dw += dyᵀ·x, dbias += Σ_r dy[r], run on cuBLAS in the
+// weight's storage type (ops/gemm.h), mode Reproducible or Pedantic:
+//  - BF16/F16: dy (and x) packed to the 2-byte type in the workspace, chunks of rows in a fixed order, W's 2-byte
+//    copy, cublasGemmEx with f32 accumulation into the f32 gradient (the chunks of a weight gradient add up in
+//    chunk order through beta = 1; the chunk size depends on the shape alone);
+//  - F32: true f32 (cublasSgemm, default math) on W's f32 values; TF32: TF32 tensor-op math unless Pedantic.
+// The bias gradient is a fixed-order f32 column sum of the unrounded dy.
 //
 // cuBLAS is column-major. A row-major matrix M[rows, cols] with row stride ld is the column-major
 // cols×rows matrix with leading dimension ld, so with W [out, in] (ld in), x [rows, in] (ld ldx),
@@ -110,10 +115,7 @@ void CudaBackend::runGemm(const Gemm& g) {
     if (g.rows == 0) return;
     switch (g.kind) {
         case GemmKind::Forward: gemmForward(nextExec(), g); break;
-        case GemmKind::BackwardData:
-            nextExec();  // (cuBLAS launches without PDL; this only consumes a pending serialisation)
-            gemmBackwardData(g);
-            break;
+        case GemmKind::BackwardData: gemmBackwardData(nextExec(), g); break;
         case GemmKind::WeightGrad: gemmWeightGrad(nextExec(), g); break;
     }
 }
@@ -176,22 +178,48 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     }
 }
 
-void CudaBackend::gemmBackwardData(const Gemm& g) {
+namespace {
+/** The cuBLAS math mode of a backward product in f32 storage (F32 or TF32). */
+int backwardMath(const Gemm& g) {
+    return g.w.dtype == DTYPE_TF32 && g.mode != GemmMode::Pedantic ? kCublasTf32TensorOpMath : kCublasDefaultMath;
+}
+cudaDataType lowpType(int dtype) { return dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+}  // namespace
+
+void CudaBackend::gemmBackwardData(const Exec& e, const Gemm& g) {
     const Matrix& w = g.w;
-    if (!w.f32)
+    const bool lowp = isLowp(w.dtype);
+    if (lowp ? !w.lowp : !w.f32)
         fail("gemm (BackwardData): the weight [" + std::to_string(w.out) + ", " + std::to_string(w.in) +
-             "] has no f32 values (the backward reads W as f32)");
+             "] has no " + (lowp ? "2-byte" : "f32") + " values (the backward reads W in its storage type)");
     if (w.in == 0) return;  // (out == 0: cuBLAS scales dx by beta, like an empty sum)
     const char* op = "gemm (BackwardData)";
     const int n_rows = toInt(g.rows, op, "rows");
     const int lddy = toInt(g.lda, op, "lda"), lddx = toInt(g.ldc, op, "ldc");
     const cublasHandle h = blas();
-    setMath(kCublasDefaultMath);  // true f32, whatever the forward's storage
+    const CublasApi& api = cublas();
     const float one = 1.f;
     const float beta = g.beta;
-    checkCublas(cublas().sgemm(h, kCublasOpN, kCublasOpN, w.in, n_rows, w.out, &one, w.f32, w.in, g.a, lddy, &beta,
-                               g.c, lddx),
-                "cublasSgemm_v2 (input gradient)");
+    if (!lowp) {
+        setMath(backwardMath(g));
+        checkCublas(api.sgemm(h, kCublasOpN, kCublasOpN, w.in, n_rows, w.out, &one, w.f32, w.in, g.a, lddy, &beta,
+                              g.c, lddx),
+                    "cublasSgemm_v2 (input gradient)");
+        return;
+    }
+    // dxᶜ(in×n) = Wᶜ(in×out, 2-byte) · dyᶜ(out×n, packed): a chunk of rows at a time.
+    void* packed = lowpWorkspace();
+    setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
+    const cudaDataType type = lowpType(w.dtype);
+    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(w.out, 1));
+    for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, g.rows - r0);
+        rowsToLowp(e, g.a + r0 * g.lda, g.lda, n, w.out, packed, w.dtype);
+        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, w.in, static_cast<int>(n), w.out, &one, w.lowp, type, w.in,
+                               packed, type, w.out, &beta, g.c + r0 * g.ldc, CUDA_R_32F, lddx, kCublasCompute32F,
+                               kCublasGemmDefault),
+                    "cublasGemmEx (input gradient)");
+    }
 }
 
 void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
@@ -202,11 +230,29 @@ void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
         const int n_rows = toInt(g.rows, op, "rows");
         const int lddy = toInt(g.lda, op, "lda"), ldx = toInt(g.ldb, op, "ldb");
         const cublasHandle h = blas();
-        setMath(kCublasDefaultMath);
+        const CublasApi& api = cublas();
         const float one = 1.f;
-        checkCublas(cublas().sgemm(h, kCublasOpN, kCublasOpT, in, out, n_rows, &one, g.b, ldx, g.a, lddy, &one, g.c,
-                                   in),
-                    "cublasSgemm_v2 (weight gradient)");
+        if (!isLowp(g.w.dtype)) {
+            setMath(backwardMath(g));
+            checkCublas(api.sgemm(h, kCublasOpN, kCublasOpT, in, out, n_rows, &one, g.b, ldx, g.a, lddy, &one, g.c, in),
+                        "cublasSgemm_v2 (weight gradient)");
+        } else {
+            // dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ, both packed side by side in the workspace, chunk by chunk.
+            char* ws = static_cast<char*>(lowpWorkspace());
+            setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
+            const cudaDataType type = lowpType(g.w.dtype);
+            const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / (int64_t{in} + out));
+            void* xp = ws;
+            void* dyp = ws + chunk * in * 2;
+            for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
+                const int64_t n = std::min(chunk, g.rows - r0);
+                rowsToLowp(e, g.b + r0 * g.ldb, g.ldb, n, in, xp, g.w.dtype);
+                rowsToLowp(e, g.a + r0 * g.lda, g.lda, n, out, dyp, g.w.dtype);
+                checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xp, type, in, dyp,
+                                       type, out, &one, g.c, CUDA_R_32F, in, kCublasCompute32F, kCublasGemmDefault),
+                            "cublasGemmEx (weight gradient)");
+            }
+        }
     }
     if (g.dbias) train::columnSums(e, g.a, g.lda, nullptr, 0, nullptr, g.rows, out, g.dbias, trainScratch());
 }

@@ -1,7 +1,10 @@
 package org.mamba4j.bench;
 
-import java.util.Arrays;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
 import java.util.Random;
+import java.util.function.DoubleSupplier;
 import org.mamba4j.AdamW;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
@@ -10,47 +13,94 @@ import org.mamba4j.MambaModel;
 import org.mamba4j.Trainer;
 
 /**
- * Training step time (forward + backward + clip + AdamW through {@code Trainer.stepMse}, host copies of
- * inputs/targets included) on a CUDA device, or the CPU with argument {@code cpu}. Prints a markdown table.
- * <pre>java ... org.mamba4j.bench.GpuTrainBench [cuda|cpu]</pre>
+ * Mamba-1 training step time (forward + backward + clip 1.0 + AdamW; inputs/targets or ids copied from the host,
+ * loss read back every step) on a CUDA device, or the CPU with argument {@code cpu}, with model-FLOPs utilisation.
+ * Prints a markdown table.
+ * <pre>java ... org.mamba4j.bench.GpuTrainBench [cuda|cpu] [--only SUBSTRING] [--dtype F32|BF16|F16] [--steps N]
+ *     [--warmup N]</pre>
+ * {@code --only} matches a case key such as {@code bb-768x24-8x256} (backbone) or {@code lm-768x24-8x2048}.
+ * Backbone cases train {@code stepMse} on float inputs; LM cases ({@code lm} in the name: vocabulary 50,280, tied
+ * head) train {@code stepTokens} with next-token cross-entropy. MFU = 6 × parameters × tokens / step time /
+ * {@value #PEAK_TFLOPS} TFLOP/s (the H200's dense bf16 rate measured by a cuBLAS GEMM; the F32 rows use the same
+ * denominator, so they read as a fraction of what the GPU offers, not of its f32 peak).
  */
 public final class GpuTrainBench {
-    private record Case(String name, int dModel, int layers, int inputDim, int batch, int seqLen) {}
+    static final double PEAK_TFLOPS = 780;
+    private static final int VOCAB = 50_280;
+
+    private record Case(String name, int dModel, int layers, int inputDim, int batch, int seqLen, boolean lm) {}
 
     private static final Case[] CASES = {
-        new Case("default 128×3", 128, 3, 32, 16, 64),
-        new Case("256×4", 256, 4, 32, 16, 64),
-        new Case("mamba-rs default, T=32", 128, 3, 32, 1, 32),
-        new Case("130m-shaped 768×24", 768, 24, 768, 8, 256),
+        new Case("default 128×3", 128, 3, 32, 16, 64, false),
+        new Case("256×4", 256, 4, 32, 16, 64, false),
+        new Case("mamba-rs default, T=32", 128, 3, 32, 1, 32, false),
+        new Case("130m-shaped 768×24", 768, 24, 768, 8, 256, false),
+        new Case("130m-shaped 768×24", 768, 24, 768, 8, 2048, false),
+        new Case("130m-shaped 768×24", 768, 24, 768, 8, 8192, false),
+        new Case("130m lm 768×24", 768, 24, 0, 8, 256, true),
+        new Case("130m lm 768×24", 768, 24, 0, 8, 2048, true),
+        new Case("2048×48 lm", 2048, 48, 0, 8, 2048, true),
     };
 
     public static void main(String[] args) {
-        Device device = args.length > 0 && args[0].equals("cpu") ? Device.cpu() : Device.cuda(0);
-        System.out.println("| model | dtype | B × T | ms / step (median of 20) | tokens/s |");
-        System.out.println("|---|---|---|---:|---:|");
+        Device device = Device.cuda(0);
+        String only = null;
+        List<DType> dtypes = new ArrayList<>();
+        int steps = 20, warmup = 3;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "cpu" -> device = Device.cpu();
+                case "cuda" -> device = Device.cuda(0);
+                case "--only" -> only = args[++i];
+                case "--dtype" -> dtypes.add(DType.valueOf(args[++i].toUpperCase(Locale.ROOT)));
+                case "--steps" -> steps = Integer.parseInt(args[++i]);
+                case "--warmup" -> warmup = Integer.parseInt(args[++i]);
+                default -> throw new IllegalArgumentException("unknown argument " + args[i]);
+            }
+        }
+        if (dtypes.isEmpty()) dtypes = device.isCpu() ? List.of(DType.F32) : List.of(DType.F32, DType.BF16);
+        System.out.printf("| model | dtype | B × T | params | ms / step (median of %d) | tokens/s | MFU |%n", steps);
+        System.out.println("|---|---|---|---:|---:|---:|---:|");
         Random rng = new Random(3);
         for (Case c : CASES) {
-            for (DType dtype : device.isCpu() ? new DType[] {DType.F32} : new DType[] {DType.F32, DType.BF16}) {
-                Mamba1Config cfg = Mamba1Config.builder().dModel(c.dModel).layers(c.layers).build();
-                try (MambaModel model = MambaModel.builder(cfg).inputDim(c.inputDim).device(device).dtype(dtype).seed(1).build();
-                     Trainer t = Trainer.builder(model).batch(c.batch).seqLen(c.seqLen)
-                             .adamW(AdamW.ofLearningRate(1e-4)).clipGradNorm(1.0).build()) {
-                    float[] x = new float[c.batch * c.seqLen * c.inputDim], y = new float[c.batch * c.seqLen * c.dModel];
-                    for (int i = 0; i < x.length; i++) x[i] = (float) rng.nextGaussian();
-                    for (int i = 0; i < y.length; i++) y[i] = (float) rng.nextGaussian();
-                    for (int i = 0; i < 3; i++) t.stepMse(x, y);
-                    double[] ms = new double[20];
-                    for (int i = 0; i < ms.length; i++) {
-                        long t0 = System.nanoTime();
-                        t.stepMse(x, y);
-                        ms[i] = (System.nanoTime() - t0) / 1e6;
-                    }
-                    Arrays.sort(ms);
-                    double med = ms[ms.length / 2];
-                    System.out.printf("| %s | %s | %d × %d | %.2f | %.0f |%n", c.name, dtype, c.batch, c.seqLen, med,
-                            c.batch * c.seqLen / (med / 1e3));
-                }
+            String label = (c.lm ? "lm-" : "bb-") + c.dModel + "x" + c.layers + "-" + c.batch + "x" + c.seqLen;
+            if (only != null && !label.contains(only)) continue;
+            for (DType dtype : dtypes) run(device, c, dtype, steps, warmup, rng);
+        }
+    }
+
+    private static void run(Device device, Case c, DType dtype, int steps, int warmup, Random rng) {
+        Mamba1Config cfg = Mamba1Config.builder().dModel(c.dModel).layers(c.layers).build();
+        MambaModel.Builder mb = MambaModel.builder(cfg).device(device).dtype(dtype).seed(1);
+        mb = c.lm ? mb.vocabSize(VOCAB) : mb.inputDim(c.inputDim);
+        int n = c.batch * c.seqLen;
+        try (MambaModel model = mb.build();
+             Trainer t = Trainer.builder(model).batch(c.batch).seqLen(c.seqLen)
+                     .adamW(AdamW.ofLearningRate(1e-4)).clipGradNorm(1.0).build()) {
+            DoubleSupplier step;
+            if (c.lm) {
+                int[] ids = new int[n], targets = new int[n];
+                for (int i = 0; i < n; i++) ids[i] = rng.nextInt(VOCAB);
+                for (int i = 0; i < n; i++) targets[i] = (i + 1) % c.seqLen == 0 ? Trainer.DEFAULT_IGNORE_INDEX : ids[i + 1];
+                step = () -> t.stepTokens(ids, targets).loss();
+            } else {
+                float[] x = new float[n * c.inputDim], y = new float[n * c.dModel];
+                for (int i = 0; i < x.length; i++) x[i] = (float) rng.nextGaussian();
+                for (int i = 0; i < y.length; i++) y[i] = (float) rng.nextGaussian();
+                step = () -> t.stepMse(x, y).loss();
             }
+            for (int i = 0; i < warmup; i++) step.getAsDouble();
+            double[] ms = new double[steps];
+            for (int i = 0; i < steps; i++) {
+                long t0 = System.nanoTime();
+                step.getAsDouble();
+                ms[i] = (System.nanoTime() - t0) / 1e6;
+            }
+            double med = Timing.of(ms).median();
+            long params = model.parameterCount();
+            double mfu = 6.0 * params * n / (med / 1e3) / (PEAK_TFLOPS * 1e12);
+            System.out.printf(Locale.ROOT, "| %s | %s | %d × %d | %.1fM | %.2f | %.0f | %.1f%% |%n", c.name, dtype, c.batch,
+                    c.seqLen, params / 1e6, med, n / (med / 1e3), 100 * mfu);
         }
     }
 }
