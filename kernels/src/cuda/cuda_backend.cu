@@ -408,7 +408,7 @@ void CudaBackend::convSilu(const ConvArgs& a) {
 }
 
 ScanPlan CudaBackend::planFor(const ScanArgs& s, const ScanCheckpoints* ck) const {
-    return planScan(exec_, s, scan_algo_, scan_chunk_, ck != nullptr);
+    return planScan(exec_, s, scan_algo_, scan_chunk_, ck ? ck->chunk : 0);
 }
 
 namespace {
@@ -466,7 +466,7 @@ void CudaBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const Sca
     const Exec e = nextExec();
     if (plan.chunked && plan.workspace_floats > scan_ws_floats_) {
         if (capturing_) {
-            plan = planScan(e, s, ScanAlgo::Sequential);  // no allocation inside a capture
+            plan = planScan(e, s, ScanAlgo::Sequential, 0, checkpoints ? checkpoints->chunk : 0);  // no allocation in a capture
         } else {
             float* bigger = static_cast<float*>(deviceMalloc(static_cast<size_t>(plan.workspace_floats) * sizeof(float),
                                                              "scan workspace"));

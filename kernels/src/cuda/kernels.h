@@ -60,10 +60,12 @@ struct ScanPlan {
     int ns = 4, lanes = 4;  // states per lane and lanes per (row, channel)
 };
 /**
- * Plans a scan. With `checkpoints` (the training forward) the plan is always the sequential scan, in the
- * narrow layout (several lanes per channel: training batches are long and few, so threads are scarce).
+ * Plans a scan. With checkpoints every checkpoint_chunk steps (the training forward), the plan is the chunked scan
+ * with chunks of exactly checkpoint_chunk steps from kScanChunkedMinSteps steps on (its chunk start states are the
+ * checkpoints), otherwise the sequential scan in the narrow layout — a choice of T alone, so a row's training
+ * results never depend on the batch or the GPU's size. ScanAlgo::Sequential forces the sequential scan.
  */
-ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override = 0, bool checkpoints = false);
+ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override = 0, int checkpoint_chunk = 0);
 /** dt_proj fused into the scan: dt = x·Wᵀ + bias computed per (row, channel), and written to `out`. */
 struct DtProjection {
     const void* w;       // [channels, rank] in wdtype storage
@@ -81,8 +83,8 @@ constexpr int kDtFuseMaxRank = 1024;
 bool dtProjectionFusable(const ScanArgs& s, const ScanPlan& plan);
 /**
  * Runs the scan. The chunked plan needs plan.workspace_floats floats at ws; dt: the fused Δ projection
- * (sequential plans only); ck: record the state before every ck->chunk-th step (sequential plans only,
- * not with dt).
+ * (sequential plans only); ck: record the state before every ck->chunk-th step (a plan made with that
+ * checkpoint_chunk; not with dt).
  */
 void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, float* ws,
                    const DtProjection* dt = nullptr, const ScanCheckpoints* ck = nullptr);

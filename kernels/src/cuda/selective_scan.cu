@@ -21,9 +21,12 @@
 // (row, channel, state) walks the C chunks, turning h_local into each chunk's start state and writing
 // the final state; (3) every chunk is scanned again from its start state, writing the outputs.
 //
-// Checkpoints (the training forward): the sequential scan also stores the state before steps 0, chunk,
-// 2·chunk, … ([batch][ceil(T/chunk)][channels, d_state]) for the backward (train_scan.cu), which
-// recomputes the states in between with the same scanUpdate() (scan_step.cuh).
+// Checkpoints (the training forward): the state before steps 0, chunk, 2·chunk, … ([batch][ceil(T/chunk)]
+// [channels, d_state]) is kept for the backward (train_scan.cu), which recomputes the states in between with
+// the same scanUpdate() (scan_step.cuh). From kScanChunkedMinSteps steps the chunked scan runs with chunks of
+// exactly the checkpoint length, its h_local / start-state workspace being the checkpoint buffer itself: phase 2
+// leaves each chunk's start state there, and phase 3 scans from it — the states the backward recomputes. Shorter
+// scans store the checkpoints from the sequential scan (CKPT variant).
 //
 // Fused Δ projection (Ops::selectiveScan with dtProj, decode): the scan computes dt = b + W_dt·δ itself
 // (one dot product of dt_rank per channel, split over the S lanes) and writes it to dt as the product
@@ -258,15 +261,36 @@ void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, Variant v) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+/** The three phases of the chunked scan over k.ws_h / k.ws_sum (k.chunk, k.chunks set). */
+void runChunked(const Exec& ex, ScanKernelArgs k, int ns) {
+    k.mode = kChunkLocal;
+    launchScan(ex, k, ns, Variant::Plain);
+    const int64_t n = static_cast<int64_t>(k.s.batch) * k.s.channels * k.s.d_state;
+    launch("selectiveScan combine", ex, scanCombineKernel, dim3(blocksFor(n, 256)), dim3(256), 0, k);
+    k.mode = kChunkOutput;
+    launchScan(ex, k, ns, Variant::Plain);
+}
+
 }  // namespace
 
-ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override, bool checkpoints) {
+ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_override, int checkpoint_chunk) {
     ScanPlan p;
-    // The training forward, and every scan of DETERMINISTIC inference: sequential in the narrow layout of decode,
-    // whatever the batch and length (the wide layout sums y over a channel's states in another order).
-    if (checkpoints || s.shape_independent) {
+    // Every scan of DETERMINISTIC inference, and short or forced-sequential training forwards: sequential in the
+    // narrow layout of decode, whatever the batch and length (the wide layout sums y over a channel's states in
+    // another order).
+    const bool ck_chunked = checkpoint_chunk > 0 && algo != ScanAlgo::Sequential && s.steps >= kScanChunkedMinSteps &&
+                            s.steps > checkpoint_chunk;
+    if (s.shape_independent || (checkpoint_chunk > 0 && !ck_chunked)) {
         p.chunk = s.steps;
         lanesFor(s.d_state, false, &p.ns, &p.lanes);
+        return p;
+    }
+    if (ck_chunked) {  // the training forward: chunks of the checkpoint length; only ΣΔ needs a workspace
+        p.chunked = true;
+        lanesFor(s.d_state, true, &p.ns, &p.lanes);
+        p.chunk = checkpoint_chunk;
+        p.chunks = (s.steps + checkpoint_chunk - 1) / checkpoint_chunk;
+        p.workspace_floats = static_cast<int64_t>(s.batch) * p.chunks * s.channels;
         return p;
     }
     int ns, S;
@@ -329,10 +353,20 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
         return;
     }
     if (ck) {
-        if (plan.chunked) throw std::logic_error("selectiveScan: checkpoints need the sequential scan");
         if (ck->chunk < 1)
             throw std::invalid_argument("selectiveScan: checkpoint chunk " + std::to_string(ck->chunk) + " < 1");
         if (!ck->data) throw std::invalid_argument("selectiveScan: null checkpoint buffer");
+    }
+    if (ck && plan.chunked) {  // the chunk start states are the checkpoints (see the header)
+        if (plan.chunk != ck->chunk) throw std::logic_error("selectiveScan: a plan for another checkpoint length");
+        k.chunk = plan.chunk;
+        k.chunks = plan.chunks;
+        k.ws_h = ck->data;
+        k.ws_sum = ws;
+        runChunked(ex, k, ns);
+        return;
+    }
+    if (ck) {
         k.ckpt = ck->data;
         k.ck_chunk = ck->chunk;
         k.ck_chunks = (s.steps + ck->chunk - 1) / ck->chunk;
@@ -347,12 +381,7 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
     k.chunks = plan.chunks;
     k.ws_h = ws;
     k.ws_sum = ws + static_cast<int64_t>(s.batch) * plan.chunks * s.channels * s.d_state;
-    k.mode = kChunkLocal;
-    launchScan(ex, k, ns, Variant::Plain);
-    const int64_t n = static_cast<int64_t>(s.batch) * s.channels * s.d_state;
-    launch("selectiveScan combine", ex, scanCombineKernel, dim3(blocksFor(n, 256)), dim3(256), 0, k);
-    k.mode = kChunkOutput;
-    launchScan(ex, k, ns, Variant::Plain);
+    runChunked(ex, k, ns);
 }
 
 }  // namespace mamba::cuda

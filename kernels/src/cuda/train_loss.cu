@@ -16,7 +16,7 @@ namespace mamba::cuda::train {
 namespace {
 
 constexpr int kSumThreads = 256;
-constexpr int kCeThreads = 128;
+constexpr int kCeThreads = 512;  // a 50,280-logit row is 200 KB: one block per row needs many loads in flight
 
 __global__ void __launch_bounds__(kSumThreads) mseKernel(const float* y, const float* target, int64_t n, float scale,
                                                          float* dy, double* part) {

@@ -16,8 +16,16 @@
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
 // dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels, then
 // the block's warps in order through shared memory, give one partial per (channel block, row); a second
-// kernel adds the channel blocks in order. dA_log and dD are sums over batch rows: one partial per
-// (b, d), added in row order by a third kernel (which also applies dA_log = dA·A).
+// kernel adds the channel blocks in order. dA_log and dD are sums over batch rows and groups: one partial per
+// (b, group, d), added in that order by a third kernel (which also applies dA_log = dA·A).
+//
+// Groups (chunk-parallel backward): the chunks are cut into groups of kChunksPerGroup, and every group of every
+// (b, d) runs as its own block, so long sequences at small batch fill the GPU. The carry is linear in itself:
+// leaving a group leftwards, G_out = P·G_in + L with P = Π_t exp(Δ_t·A) over the group and L the carry of the
+// group started from zero. So: (1) carryLocalKernel computes P and L of every group but the first (dy, C and Δ
+// only — no states); (2) carryCombineKernel walks the groups right to left per (b, d, n), giving each group its
+// incoming carry G_in; (3) the main kernel runs each group from its G_in. The number of groups depends on T
+// alone, so a row's gradients never depend on the batch or the GPU's size.
 #include "scan_step.cuh"
 #include "train_kernels.h"
 
@@ -28,6 +36,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
+constexpr int kChunksPerGroup = 2;  // checkpoint chunks per block of the chunk-parallel backward
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
 
@@ -41,16 +50,19 @@ struct Layout {
     int S, per_block, ch_blocks;
 };
 
-/** Where this thread sits: batch row, channel (clamped for idle lanes), lane, whether its channel exists. */
+/** Where this thread sits: batch row, group, channel (clamped for idle lanes), lane, whether its channel exists. */
 struct Place {
-    int b, chb, d, lane, n0;
+    int b, grp, chb, d, lane, n0;
     bool active;
 };
 
-__device__ __forceinline__ Place place(const Layout& L, int channels, int NS) {
+/** Blocks are numbered ((b·groups) + group)·ch_blocks + channel block. */
+__device__ __forceinline__ Place place(const Layout& L, int channels, int NS, int groups) {
     Place p;
     p.chb = static_cast<int>(blockIdx.x % L.ch_blocks);
-    p.b = static_cast<int>(blockIdx.x / L.ch_blocks);
+    const int rest = static_cast<int>(blockIdx.x / L.ch_blocks);
+    p.grp = rest % groups;
+    p.b = rest / groups;
     const int d_raw = p.chb * L.per_block + static_cast<int>(threadIdx.x) / L.S;
     p.active = d_raw < channels;
     p.d = p.active ? d_raw : channels - 1;  // idle lanes still join the shuffles and barriers
@@ -61,10 +73,79 @@ __device__ __forceinline__ Place place(const Layout& L, int channels, int NS) {
 
 struct BackwardOut {
     float* pbc;  // [ch_blocks][R][2N]: dB_t then dC_t per channel block
-    float* pda;  // [B][E][N]: Σ_t G·Δ·Ā·h_{t−1} per row (times A later)
-    float* pdd;  // [B][E]: Σ_t dy·u per row
+    float* pda;  // [B][groups][E][N]: Σ_t G·Δ·Ā·h_{t−1} per row and group (times A later)
+    float* pdd;  // [B][groups][E]: Σ_t dy·u per row and group
     int chunks;
+    int groups, per_group;  // chunks per group (the last group may hold fewer)
+    float* carry_l;  // [B][groups][E][N]: a group's leftward carry from zero (groups > 1)
+    float* carry_p;  // [B][groups][E][N]: Π exp(Δ·A) over a group
+    float* carry_in; // [B][groups][E][N]: the carry entering a group from its right
 };
+
+__device__ __forceinline__ int64_t groupIndex(const BackwardOut& o, int b, int grp, int E, int d, int N) {
+    return ((static_cast<int64_t>(b) * o.groups + grp) * E + d) * N;
+}
+
+/** Phase 1: P and L of each group but the first (see the header). */
+template <int NS>
+__global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int N = s.d_state, E = s.channels, T = s.steps, K = s.chunk;
+    const Place p = place(L, E, NS, o.groups);
+    if (p.grp == 0) return;
+    float a2[NS], G[NS], P[NS];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        a2[i] = p.n0 + i < N ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] * kLog2e : 0.f;
+        G[i] = 0.f;
+        P[i] = 1.f;
+    }
+    const int ta = p.grp * o.per_group * K, tb = min(T, ta + o.per_group * K);
+    const int64_t row0 = static_cast<int64_t>(p.b) * T;
+    for (int t = tb - 1; t >= ta; --t) {
+        const int64_t r = row0 + t;
+        const float delta = softplusf(s.dt[r * E + p.d]);
+        const float z = s.z[r * s.ldz + p.d];
+        const float dy = s.dout[r * E + p.d] * (z * sigmoidf(z));  // as the main kernel computes it
+        const float* Ct = s.bc + r * s.ldbc + N;
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            if (p.n0 + i < N) {
+                const float e = scanDecay(delta, a2[i]);
+                G[i] = (G[i] + dy * Ct[p.n0 + i]) * e;
+                P[i] *= e;
+            }
+        }
+    }
+    if (!p.active) return;
+    const int64_t at = groupIndex(o, p.b, p.grp, E, p.d, N) + p.n0;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        if (p.n0 + i < N) {
+            o.carry_l[at + i] = G[i];
+            o.carry_p[at + i] = P[i];
+        }
+    }
+}
+
+/** Phase 2: one thread per (b, d, n) walks the groups right to left, handing each its incoming carry. */
+__global__ void carryCombineKernel(ScanBackwardArgs s, BackwardOut o) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int N = s.d_state, E = s.channels;
+    const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    if (i >= static_cast<int64_t>(s.batch) * E * N) return;
+    const int n = static_cast<int>(i % N);
+    const int d = static_cast<int>((i / N) % E);
+    const int b = static_cast<int>(i / (static_cast<int64_t>(N) * E));
+    float G = s.dh_end ? s.dh_end[b * s.dh_stride + static_cast<int64_t>(d) * N + n] : 0.f;
+    for (int grp = o.groups - 1; grp >= 0; --grp) {
+        const int64_t at = groupIndex(o, b, grp, E, d, N) + n;
+        o.carry_in[at] = G;
+        if (grp > 0) G = fmaf(o.carry_p[at], G, o.carry_l[at]);
+    }
+}
 
 template <int NS, int SUB>
 __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
@@ -73,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
     pdlLaunchDependents();
     const int N = s.d_state, E = s.channels, T = s.steps, K = s.chunk;
     const int64_t R = static_cast<int64_t>(s.batch) * T;
-    const Place p = place(L, E, NS);
+    const Place p = place(L, E, NS, o.groups);
     const int tid = threadIdx.x, warp = tid / 32, wl = tid % 32;
     const int nsub_max = (K + SUB - 1) / SUB;
     float* sub = smem;                                        // [nsub_max][NS][kThreads]
@@ -85,8 +166,10 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
         const bool on = p.n0 + i < N;
         A[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
         a2[i] = A[i] * kLog2e;
-        // the carry starts from ∂L/∂h_end when the state is carried on (nothing reads h past the end otherwise)
-        G[i] = on && s.dh_end ? s.dh_end[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
+        // the carry starts from ∂L/∂h_end when the state is carried on (nothing reads h past the end otherwise),
+        // or from the group's incoming carry (phase 2)
+        if (o.groups > 1) G[i] = on ? o.carry_in[groupIndex(o, p.b, p.grp, E, p.d, N) + p.n0 + i] : 0.f;
+        else G[i] = on && s.dh_end ? s.dh_end[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
         gA[i] = 0.f;
     }
     float gD = 0.f;
@@ -95,7 +178,8 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
     int parity = 0;
 
-    for (int c = o.chunks - 1; c >= 0; --c) {
+    const int c_first = p.grp * o.per_group, c_end = min(o.chunks, c_first + o.per_group);
+    for (int c = c_end - 1; c >= c_first; --c) {
         const int ta = c * K, tb = min(T, ta + K);
         // 1. the chunk's states from its checkpoint; every SUB-th one kept in shared memory
         {
@@ -220,16 +304,16 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
         }
     }
     if (!p.active) return;
-    if (s.dh_start) {  // past step 0 the carry is ∂L/∂(the starting h)
+    if (s.dh_start && p.grp == 0) {  // past step 0 the carry is ∂L/∂(the starting h)
 #pragma unroll
         for (int i = 0; i < NS; ++i)
             if (p.n0 + i < N) s.dh_start[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] = G[i];
     }
-    float* pa = o.pda + (static_cast<int64_t>(p.b) * E + p.d) * N;
+    float* pa = o.pda + groupIndex(o, p.b, p.grp, E, p.d, N);
 #pragma unroll
     for (int i = 0; i < NS; ++i)
         if (p.n0 + i < N) pa[p.n0 + i] = gA[i];
-    if (p.lane == 0) o.pdd[static_cast<int64_t>(p.b) * E + p.d] = gD;
+    if (p.lane == 0) o.pdd[(static_cast<int64_t>(p.b) * o.groups + p.grp) * E + p.d] = gD;
 }
 
 // dbc[r, k] = Σ_blocks pbc[block, r, k], channel blocks in order (overwrites dB_t, dC_t).
@@ -245,7 +329,7 @@ __global__ void scanDbcKernel(const float* pbc, int64_t R, int N2, int blocks, f
     dbc[r * lddbc + k] = v;
 }
 
-// da_log[d, n] += A[d, n]·Σ_b pda[b, d, n]; dd_skip[d] += Σ_b pdd[b, d]; rows in order.
+// da_log[d, n] += A[d, n]·Σ_j pda[j, d, n]; dd_skip[d] += Σ_j pdd[j, d]; j = (row, group) in order.
 __global__ void scanParamKernel(const float* pda, const float* pdd, const float* a, int batch, int E, int N,
                                 float* da_log, float* dd_skip) {
     pdlWait();
@@ -293,10 +377,20 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     BackwardOut o;
     o.chunks = (s.steps + s.chunk - 1) / s.chunk;
+    o.per_group = kChunksPerGroup;
+    o.groups = (o.chunks + o.per_group - 1) / o.per_group;
+    const int64_t parts = static_cast<int64_t>(s.batch) * o.groups;  // (row, group) pairs
     o.pbc = scratch.get(0, static_cast<int64_t>(L.ch_blocks) * R * 2 * N);
-    o.pda = scratch.get(1, static_cast<int64_t>(s.batch) * E * N);
-    o.pdd = scratch.get(2, static_cast<int64_t>(s.batch) * E);
-    const int64_t blocks = static_cast<int64_t>(L.ch_blocks) * s.batch;
+    o.pda = scratch.get(1, parts * E * N);
+    o.pdd = scratch.get(2, parts * E);
+    o.carry_l = o.carry_p = o.carry_in = nullptr;
+    if (o.groups > 1) {
+        float* carry = scratch.get(3, 3 * parts * E * N);
+        o.carry_l = carry;
+        o.carry_p = carry + parts * E * N;
+        o.carry_in = carry + 2 * parts * E * N;
+    }
+    const int64_t blocks = static_cast<int64_t>(L.ch_blocks) * parts;
     if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScanBackward: too many rows");
     const bool narrow = statesPerLane(N) == 4;
     const int ns = narrow ? 4 : 8, sub = narrow ? 8 : 4;
@@ -312,6 +406,13 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     // The opt-in is an attribute of the kernel in the device context that every backend on the device
     // shares: it is always set to the device's maximum, so a concurrent setter can never lower it below
     // what a launch on another thread needs.
+    if (o.groups > 1) {
+        if (narrow) launch("selectiveScan backward group carries", ex, carryLocalKernel<4>, grid, block, 0, s, L, o);
+        else launch("selectiveScan backward group carries", ex, carryLocalKernel<8>, grid, block, 0, s, L, o);
+        const int64_t n_states = static_cast<int64_t>(s.batch) * E * N;
+        launch("selectiveScan backward carry combine", ex, carryCombineKernel, dim3(blocksFor(n_states, 256)), dim3(256),
+               0, s, o);
+    }
     if (narrow) {
         if (smem > 48 * 1024)
             check(cudaFuncSetAttribute(scanBackwardKernel<4, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -330,8 +431,8 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
            static_cast<const float*>(o.pbc), R, 2 * N, L.ch_blocks, s.dbc, s.lddbc);
     const int64_t n_p = static_cast<int64_t>(E) * N + E;
     launch("selectiveScan backward dA dD", ex, scanParamKernel, dim3(blocksFor(n_p, 128)), dim3(128), 0,
-           static_cast<const float*>(o.pda), static_cast<const float*>(o.pdd), s.a, s.batch, E, N, s.da_log,
-           s.dd_skip);
+           static_cast<const float*>(o.pda), static_cast<const float*>(o.pdd), s.a, static_cast<int>(parts), E, N,
+           s.da_log, s.dd_skip);
 }
 
 }  // namespace mamba::cuda::train

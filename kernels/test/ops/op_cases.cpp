@@ -1628,6 +1628,11 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 6, 72, 16, 4); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64); });
+    // the 130m training shape at B 8 × T 1024 (chunk-parallel forward and backward: 16 chunks, 8 groups)
+    add("selectiveScan", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1024, 1536, 16, false, 64, DTYPE_F32); });
+    add("selectiveScanBackward", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 1024, 1536, 16, 64); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})
