@@ -15,8 +15,8 @@
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
 // dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels, then
-// the block's warps in order through shared memory, give one partial per (channel block, row); a second
-// kernel adds the channel blocks in order. dA_log and dD are sums over batch rows and groups: one partial per
+// the block's warps in order through shared memory (one barrier per sub-chunk, for its SUB steps), give one
+// partial per (channel block, row); a second kernel adds the channel blocks in order. dA_log and dD are sums over batch rows and groups: one partial per
 // (b, group, d), added in that order by a third kernel (which also applies dA_log = dA·A).
 //
 // Groups (chunk-parallel backward): the chunks are cut into groups of kChunksPerGroup, and every group of every
@@ -24,8 +24,9 @@
 // leaving a group leftwards, G_out = P·G_in + L with P = Π_t exp(Δ_t·A) over the group and L the carry of the
 // group started from zero. So: (1) carryLocalKernel computes P and L of every group but the first (dy, C and Δ
 // only — no states); (2) carryCombineKernel walks the groups right to left per (b, d, n), giving each group its
-// incoming carry G_in; (3) the main kernel runs each group from its G_in. The number of groups depends on T
-// alone, so a row's gradients never depend on the batch or the GPU's size.
+// incoming carry G_in; (3) the main kernel runs each group from its G_in. Groups are used only when the
+// (row, channel block) blocks alone would leave the GPU's block slots idle (small batches): the split, and so
+// the last bits of a row's gradients, depend on the batch and the GPU, never on the run.
 #include "scan_step.cuh"
 #include "train_kernels.h"
 
@@ -36,7 +37,10 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunksPerGroup = 2;  // checkpoint chunks per block of the chunk-parallel backward
+// Blocks per SM the backward kernel is compiled for: NS = 4 (d_state ≤ 128) fits 96 registers with SUB = 4
+// (5 blocks, 20 warps; 168 registers and 3 blocks with SUB = 8 ran 1.4× slower on the H200).
+template <int NS>
+constexpr int kBackwardMinBlocks = NS == 4 ? 5 : 3;
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
 
@@ -148,7 +152,8 @@ __global__ void carryCombineKernel(ScanBackwardArgs s, BackwardOut o) {
 }
 
 template <int NS, int SUB>
-__global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
+__global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
+    scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
     extern __shared__ float smem[];
     pdlWait();
     pdlLaunchDependents();
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
     const int tid = threadIdx.x, warp = tid / 32, wl = tid % 32;
     const int nsub_max = (K + SUB - 1) / SUB;
     float* sub = smem;                                        // [nsub_max][NS][kThreads]
-    float* red = smem + static_cast<int64_t>(nsub_max) * NS * kThreads;  // [2][kWarps][2N]
+    float* red = smem + static_cast<int64_t>(nsub_max) * NS * kThreads;  // [2][SUB][kWarps][2N]
 
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
@@ -282,25 +287,27 @@ __global__ void __launch_bounds__(kThreads) scanBackwardKernel(ScanBackwardArgs 
                         vC[i] += __shfl_xor_sync(0xffffffffu, vC[i], off);
                     }
                 }
-                float* rb = red + parity * kWarps * 2 * N;
+                float* rb = red + ((parity * SUB + q) * kWarps + warp) * 2 * N;
                 if (wl < L.S) {  // the warp's first channel holds the warp's sums
 #pragma unroll
                     for (int i = 0; i < NS; ++i) {
                         if (p.n0 + i < N) {
-                            rb[warp * 2 * N + p.n0 + i] = vB[i];
-                            rb[warp * 2 * N + N + p.n0 + i] = vC[i];
+                            rb[p.n0 + i] = vB[i];
+                            rb[N + p.n0 + i] = vC[i];
                         }
                     }
                 }
-                __syncthreads();
-                float* out = o.pbc + (static_cast<int64_t>(p.chb) * R + r) * 2 * N;
-                for (int k = tid; k < 2 * N; k += kThreads) {
-                    float v = rb[k];
-                    for (int w = 1; w < kWarps; ++w) v += rb[w * 2 * N + k];
-                    out[k] = v;
-                }
-                parity ^= 1;
             }
+            // the sub-chunk's steps: the block's warps added in order (double-buffered: one barrier per sub-chunk)
+            __syncthreads();
+            for (int k = tid; k < cnt * 2 * N; k += kThreads) {
+                const int q = k / (2 * N), e = k % (2 * N);
+                const float* rq = red + (parity * SUB + q) * kWarps * 2 * N + e;
+                float v = rq[0];
+                for (int w = 1; w < kWarps; ++w) v += rq[w * 2 * N];
+                o.pbc[(static_cast<int64_t>(p.chb) * R + row0 + s0 + q) * 2 * N + e] = v;
+            }
+            parity ^= 1;
         }
     }
     if (!p.active) return;
@@ -350,6 +357,12 @@ __global__ void scanParamKernel(const float* pda, const float* pdd, const float*
 
 int statesPerLane(int N) { return N <= 128 ? 4 : 8; }
 
+/** Shared memory of the backward kernel: the sub-chunk states of one chunk, and the double-buffered sums. */
+size_t backwardSmem(int chunk, int ns, int sub, int N) {
+    const size_t nsub_max = static_cast<size_t>((chunk + sub - 1) / sub);
+    return (nsub_max * ns * kThreads + 2 * static_cast<size_t>(sub) * kWarps * 2 * N) * sizeof(float);
+}
+
 Layout layoutFor(int N, int batch, int channels) {
     Layout L;
     const int ns = statesPerLane(N);
@@ -375,9 +388,33 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const int N = s.d_state, E = s.channels;
     const Layout L = layoutFor(N, s.batch, E);
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
+    const bool narrow = statesPerLane(N) == 4;
+    const auto kernel = narrow ? scanBackwardKernel<4, 4> : scanBackwardKernel<8, 4>;
+    const size_t smem = backwardSmem(s.chunk, narrow ? 4 : 8, 4, N);
+    const int optin = ex.smem_optin;
+    if (smem > static_cast<size_t>(optin))
+        throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " with d_state " +
+                                    std::to_string(N) + " needs " + std::to_string(smem) +
+                                    " bytes of shared memory per block; the device has " + std::to_string(optin));
+    // The opt-in is an attribute of the kernel in the device context that every backend on the device
+    // shares: it is always set to the device's maximum, so a concurrent setter can never lower it below
+    // what a launch on another thread needs.
+    if (smem > 48 * 1024)
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+              "cudaFuncSetAttribute (scan backward)");
+
     BackwardOut o;
     o.chunks = (s.steps + s.chunk - 1) / s.chunk;
-    o.per_group = kChunksPerGroup;
+    // Groups of chunks when the (row, channel block) blocks fill less than the GPU's block slots: about two
+    // slots' worth of blocks.
+    int per_sm = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor (scan backward)");
+    const int64_t base_blocks = static_cast<int64_t>(L.ch_blocks) * s.batch;
+    const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * ex.sms;
+    const int64_t want = base_blocks >= slots ? 1 : (2 * slots + base_blocks - 1) / base_blocks;
+    o.groups = static_cast<int>(std::min<int64_t>(o.chunks, want));
+    o.per_group = (o.chunks + o.groups - 1) / o.groups;
     o.groups = (o.chunks + o.per_group - 1) / o.per_group;
     const int64_t parts = static_cast<int64_t>(s.batch) * o.groups;  // (row, group) pairs
     o.pbc = scratch.get(0, static_cast<int64_t>(L.ch_blocks) * R * 2 * N);
@@ -392,20 +429,7 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     }
     const int64_t blocks = static_cast<int64_t>(L.ch_blocks) * parts;
     if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScanBackward: too many rows");
-    const bool narrow = statesPerLane(N) == 4;
-    const int ns = narrow ? 4 : 8, sub = narrow ? 8 : 4;
-    const int nsub_max = (s.chunk + sub - 1) / sub;
-    const size_t smem = (static_cast<size_t>(nsub_max) * ns * kThreads + 2 * kWarps * 2 * static_cast<size_t>(N)) *
-                        sizeof(float);
-    const int optin = ex.smem_optin;
-    if (smem > static_cast<size_t>(optin))
-        throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " with d_state " +
-                                    std::to_string(N) + " needs " + std::to_string(smem) +
-                                    " bytes of shared memory per block; the device has " + std::to_string(optin));
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
-    // The opt-in is an attribute of the kernel in the device context that every backend on the device
-    // shares: it is always set to the device's maximum, so a concurrent setter can never lower it below
-    // what a launch on another thread needs.
     if (o.groups > 1) {
         if (narrow) launch("selectiveScan backward group carries", ex, carryLocalKernel<4>, grid, block, 0, s, L, o);
         else launch("selectiveScan backward group carries", ex, carryLocalKernel<8>, grid, block, 0, s, L, o);
@@ -413,19 +437,7 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
         launch("selectiveScan backward carry combine", ex, carryCombineKernel, dim3(blocksFor(n_states, 256)), dim3(256),
                0, s, o);
     }
-    if (narrow) {
-        if (smem > 48 * 1024)
-            check(cudaFuncSetAttribute(scanBackwardKernel<4, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       optin),
-                  "cudaFuncSetAttribute (scan backward)");
-        launch("selectiveScan backward", ex, scanBackwardKernel<4, 8>, grid, block, smem, s, L, o);
-    } else {
-        if (smem > 48 * 1024)
-            check(cudaFuncSetAttribute(scanBackwardKernel<8, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       optin),
-                  "cudaFuncSetAttribute (scan backward)");
-        launch("selectiveScan backward", ex, scanBackwardKernel<8, 4>, grid, block, smem, s, L, o);
-    }
+    launch("selectiveScan backward", ex, kernel, grid, block, smem, s, L, o);
     const int64_t n_bc = R * 2 * N;
     launch("selectiveScan backward dB dC", ex, scanDbcKernel, dim3(blocksFor(n_bc, 256)), dim3(256), 0,
            static_cast<const float*>(o.pbc), R, 2 * N, L.ch_blocks, s.dbc, s.lddbc);
