@@ -20,7 +20,7 @@ import org.mamba4j.Trainer;
  * official Triton kernels are compared at (docs/benchmarks.md). Prints markdown tables.
  *
  * <pre>
- *   java ... org.mamba4j.bench.Mamba3Bench [cuda|cpu] [--quick] [--out FILE]
+ *   java ... org.mamba4j.bench.Mamba3Bench [cuda|cpu] [--quick] [--training-only] [--out FILE]
  * </pre>
  *
  * <ul>
@@ -47,13 +47,14 @@ public final class Mamba3Bench {
     }
 
     public static void main(String[] args) throws IOException {
-        boolean cpu = false, quick = false;
+        boolean cpu = false, quick = false, trainingOnly = false;
         Path outFile = null;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "cpu" -> cpu = true;
                 case "cuda" -> cpu = false;
                 case "--quick" -> quick = true;
+                case "--training-only" -> trainingOnly = true;
                 case "--out" -> outFile = Path.of(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
@@ -65,8 +66,10 @@ public final class Mamba3Bench {
             System.out.println("no CUDA device: " + Device.cudaUnavailableReason());
             return;
         } else {
-            b.decode();
-            b.prefill();
+            if (!trainingOnly) {
+                b.decode();
+                b.prefill();
+            }
             b.training();
         }
         if (outFile != null) Files.writeString(outFile, b.out.toString());
