@@ -5,8 +5,10 @@ package org.mamba4j;
  * head) and of a {@link Trainer}'s forward. Set it on {@link MambaModel.Builder#gemmMode} or
  * {@link MambaModel#setGemmMode}; a change drops captured CUDA graphs (the next step captures again).
  *
- * <p>The backward products of training are always reproducible (fixed tiles on the CPU, true-f32 cuBLAS with a
- * fixed workspace on CUDA): bit-identical from run to run, and on the CPU for any thread count.
+ * <p>The backward products of training are always reproducible (fixed tiles in f32 on the CPU; cuBLAS with a fixed
+ * workspace on CUDA, in the weight's storage type: BF16/F16 on tensor cores with f32 accumulation into f32
+ * gradients, F32 in true f32, TF32 with TF32 math except under {@link #CUBLAS_PEDANTIC}): bit-identical from run to
+ * run, and on the CPU for any thread count.
  */
 public enum GemmMode {
     /**
