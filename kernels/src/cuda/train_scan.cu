@@ -9,7 +9,8 @@
 //
 // Per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h (starting from ∂L/∂h_end with a state carry;
 // what is left past step 0 is ∂L/∂h_start):
-//  1. from the chunk's checkpoint, re-run its steps, storing the state every kSub steps in shared memory;
+//  1. from the chunk's checkpoint, re-run its steps, storing the state every kSub steps and every step's Δ
+//     (softplus once per step, not again in 2) in shared memory;
 //  2. for each sub-chunk of kSub steps in reverse: re-run it from its stored state with the kSub+1 states
 //     in registers (compile-time indices), then walk it backwards:
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
@@ -164,6 +165,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     const int nsub_max = (K + SUB - 1) / SUB;
     float* sub = smem;                                        // [nsub_max][NS][kThreads]
     float* red = smem + static_cast<int64_t>(nsub_max) * NS * kThreads;  // [2][SUB][kWarps][2N]
+    float* dcache = red + 2 * SUB * kWarps * 2 * N;  // [K][per_block]: Δ of the chunk's steps (phase 1 → phase 2)
+    const int ch_local = tid / L.S;
 
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
@@ -199,10 +202,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 }
                 const int64_t r = row0 + t;
                 const float delta = softplusf(s.dt[r * E + p.d]);
+                if (p.lane == 0) dcache[(t - ta) * L.per_block + ch_local] = delta;
                 const float du = delta * s.u[r * E + p.d];
                 scanStep<NS>(h, a2, delta, du, s.bc + r * s.ldbc, p.n0, N);
             }
         }
+        __syncwarp();  // a channel's lanes share a warp: lane 0's Δ are visible to the others from here
         // 2. sub-chunks in reverse
         const int nsub = (tb - ta + SUB - 1) / SUB;
         for (int j = nsub - 1; j >= 0; --j) {
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
             for (int q = 0; q < SUB; ++q) {
                 if (q < cnt) {
                     const int64_t r = row0 + s0 + q;
-                    dl[q] = softplusf(s.dt[r * E + p.d]);
+                    dl[q] = dcache[(s0 - ta + q) * L.per_block + ch_local];
                     uu[q] = s.u[r * E + p.d];
                     const float du = dl[q] * uu[q];
                     const float* Bt = s.bc + r * s.ldbc;
@@ -357,10 +362,12 @@ __global__ void scanParamKernel(const float* pda, const float* pdd, const float*
 
 int statesPerLane(int N) { return N <= 128 ? 4 : 8; }
 
-/** Shared memory of the backward kernel: the sub-chunk states of one chunk, and the double-buffered sums. */
-size_t backwardSmem(int chunk, int ns, int sub, int N) {
+/** Shared memory of the backward kernel: the sub-chunk states of one chunk, the double-buffered sums, the Δ cache. */
+size_t backwardSmem(int chunk, int ns, int sub, int N, int per_block) {
     const size_t nsub_max = static_cast<size_t>((chunk + sub - 1) / sub);
-    return (nsub_max * ns * kThreads + 2 * static_cast<size_t>(sub) * kWarps * 2 * N) * sizeof(float);
+    return (nsub_max * ns * kThreads + 2 * static_cast<size_t>(sub) * kWarps * 2 * N +
+            static_cast<size_t>(chunk) * per_block) *
+           sizeof(float);
 }
 
 Layout layoutFor(int N, int batch, int channels) {
@@ -390,7 +397,7 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     const bool narrow = statesPerLane(N) == 4;
     const auto kernel = narrow ? scanBackwardKernel<4, 4> : scanBackwardKernel<8, 4>;
-    const size_t smem = backwardSmem(s.chunk, narrow ? 4 : 8, 4, N);
+    const size_t smem = backwardSmem(s.chunk, narrow ? 4 : 8, 4, N, L.per_block);
     const int optin = ex.smem_optin;
     if (smem > static_cast<size_t>(optin))
         throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " with d_state " +
