@@ -89,14 +89,7 @@ public final class GpuTrainBench {
                 for (int i = 0; i < y.length; i++) y[i] = (float) rng.nextGaussian();
                 step = () -> t.stepMse(x, y).loss();
             }
-            for (int i = 0; i < warmup; i++) step.getAsDouble();
-            double[] ms = new double[steps];
-            for (int i = 0; i < steps; i++) {
-                long t0 = System.nanoTime();
-                step.getAsDouble();
-                ms[i] = (System.nanoTime() - t0) / 1e6;
-            }
-            double med = Timing.of(ms).median();
+            double med = Timing.medianMs(warmup, steps, step);
             long params = model.parameterCount();
             double mfu = 6.0 * params * n / (med / 1e3) / (PEAK_TFLOPS * 1e12);
             System.out.printf(Locale.ROOT, "| %s | %s | %d × %d | %.1fM | %.2f | %.0f | %.1f%% |%n", c.name, dtype, c.batch,

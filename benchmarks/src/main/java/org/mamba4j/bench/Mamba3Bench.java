@@ -6,7 +6,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Random;
-import java.util.function.DoubleSupplier;
 import org.mamba4j.AdamW;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
@@ -85,18 +84,6 @@ public final class Mamba3Bench {
         out.append(s).append('\n');
     }
 
-    /** Median milliseconds of `reps` timed calls after `warm` untimed ones. */
-    private static double medianMs(int warm, int reps, DoubleSupplier call) {
-        for (int i = 0; i < warm; i++) call.getAsDouble();
-        double[] t = new double[reps];
-        for (int i = 0; i < reps; i++) {
-            long t0 = System.nanoTime();
-            call.getAsDouble();
-            t[i] = (System.nanoTime() - t0) / 1e6;
-        }
-        return Timing.of(t).median();
-    }
-
     /** Bytes of backbone weights one decode step must read: matrices in the storage type, vectors in f32. */
     private static double backboneBytes(MambaModel m, DType dt) {
         double bytes = 0;
@@ -135,7 +122,7 @@ public final class Mamba3Bench {
                             float[] logits = new float[batch * VOCAB];
                             int[] k = {0};
                             int n = quick ? 20 : (batch == 1 ? 200 : 50);
-                            double ms = medianMs(10, n, () -> {
+                            double ms = Timing.medianMs(10, n, () -> {
                                 m.stepTokens(st, ids[k[0]++ % 8], logits);
                                 return 0;
                             });
@@ -162,7 +149,7 @@ public final class Mamba3Bench {
                         .dtype(dt).seed(5).build();
                      MambaState st = m.newState(1)) {
                     float[] x = gaussian(T * s.dModel);
-                    double ms = medianMs(1, quick ? 3 : 7, () -> {
+                    double ms = Timing.medianMs(1, quick ? 3 : 7, () -> {
                         st.reset();
                         return m.prefill(st, x, T)[0];
                     });
@@ -193,7 +180,7 @@ public final class Mamba3Bench {
                     int[] ids = new int[n], targets = new int[n];
                     for (int i = 0; i < n; i++) ids[i] = rng.nextInt(VOCAB);
                     for (int i = 0; i < n; i++) targets[i] = (i + 1) % c.seqLen == 0 ? Trainer.DEFAULT_IGNORE_INDEX : ids[i + 1];
-                    double ms = medianMs(2, quick ? 3 : 10, () -> t.stepTokens(ids, targets).loss());
+                    double ms = Timing.medianMs(2, quick ? 3 : 10, () -> t.stepTokens(ids, targets).loss());
                     print(String.format("| %s | %s | %d × %d | %.1f | %.0f |", c.shape.name, dt, c.batch, c.seqLen, ms,
                             n / ms * 1e3));
                 }
@@ -211,7 +198,7 @@ public final class Mamba3Bench {
         try (MambaModel m = MambaModel.builder(c).inputDim(c.dModel()).device(Device.cpu()).seed(3).build();
              MambaState st = m.newState(1)) {
             float[] x = gaussian(c.dModel()), y = new float[c.dModel()];
-            double ms = medianMs(50, quick ? 100 : 1000, () -> {
+            double ms = Timing.medianMs(50, quick ? 100 : 1000, () -> {
                 m.step(st, x, y);
                 return y[0];
             });
