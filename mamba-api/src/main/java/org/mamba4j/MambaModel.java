@@ -61,6 +61,7 @@ public final class MambaModel implements AutoCloseable {
     private final DType dtype;
     private final Model peer;
     private final NativeGuard guard;
+    private final HostStaging staging = new HostStaging();
     private final List<String> names;
 
     private MambaModel(ModelConfig config, int inputDim, int vocabSize, boolean tieEmbeddings, Device device, DType dtype,
@@ -75,7 +76,12 @@ public final class MambaModel implements AutoCloseable {
         try (org.mamba4j.nativ.ModelConfig c = ModelConfigs.toNative(config, inputDim, vocabSize, tieEmbeddings)) {
             this.peer = NativeGuard.config(() -> new Model(c, device.code(), dtype.code, seed));
         }
-        this.guard = NativeGuard.of("MambaModel", peer::close);
+        Model model = this.peer;
+        HostStaging buffers = this.staging;
+        this.guard = NativeGuard.of("MambaModel", () -> {  // (no reference to this: the Cleaner may run it)
+            model.close();
+            buffers.close();
+        });
         try {
             this.names = guard.get(() -> {
                 List<String> n = new ArrayList<>();
@@ -272,7 +278,20 @@ public final class MambaModel implements AutoCloseable {
         requireVocab();
         Checks.length("ids", ids.length, state.batch());
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
-        guard.run(() -> peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length), state.guard());
+        guard.run(() -> {
+            if (logits.length < HostStaging.MIN_FLOATS) {
+                peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length);
+                return;
+            }
+            HostStaging.Pair p = staging.take(ids.length, logits.length);
+            try {
+                p.ids.put(ids);
+                peer.stepTokens(state.peer(), p.ids, ids.length, p.out, logits.length);
+                p.out.get(logits);
+            } finally {
+                staging.give(p);
+            }
+        }, state.guard());
     }
 
     /** A prompt of {@code steps} tokens per row, ids [B, T], state carried; last position's logits [B · vocab]. */
@@ -282,7 +301,20 @@ public final class MambaModel implements AutoCloseable {
         Checks.positive("steps", steps);
         Checks.length("ids", ids.length, (long) state.batch() * steps);
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
-        guard.run(() -> peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length), state.guard());
+        guard.run(() -> {
+            if (logits.length < HostStaging.MIN_FLOATS) {
+                peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length);
+                return;
+            }
+            HostStaging.Pair p = staging.take(ids.length, logits.length);
+            try {
+                p.ids.put(ids);
+                peer.prefillTokens(state.peer(), p.ids, ids.length, steps, p.out, logits.length);
+                p.out.get(logits);
+            } finally {
+                staging.give(p);
+            }
+        }, state.guard());
     }
 
     /**
@@ -336,8 +368,23 @@ public final class MambaModel implements AutoCloseable {
         long n = (long) batch * steps * vocabSize;
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("logits of " + n + " floats do not fit a Java array");
         float[] logits = new float[(int) n];
-        if (state == null) guard.run(() -> peer.forwardTokens(null, ids, ids.length, batch, steps, logits, logits.length));
-        else guard.run(() -> peer.forwardTokens(state.peer(), ids, ids.length, batch, steps, logits, logits.length), state.guard());
+        Runnable call = () -> {
+            org.mamba4j.nativ.State st = state == null ? null : state.peer();
+            if (logits.length < HostStaging.MIN_FLOATS) {
+                peer.forwardTokens(st, ids, ids.length, batch, steps, logits, logits.length);
+                return;
+            }
+            HostStaging.Pair p = staging.take(ids.length, logits.length);
+            try {
+                p.ids.put(ids);
+                peer.forwardTokens(st, p.ids, ids.length, batch, steps, p.out, logits.length);
+                p.out.get(logits);
+            } finally {
+                staging.give(p);
+            }
+        };
+        if (state == null) guard.run(call);
+        else guard.run(call, state.guard());
         return logits;
     }
 
