@@ -265,8 +265,13 @@ public final class MambaModel implements AutoCloseable {
         long n = (long) batch * steps * outputWidth();
         if (n > Integer.MAX_VALUE - 8) throw new IllegalArgumentException("output of " + n + " floats does not fit a Java array");
         float[] y = new float[(int) n];
-        if (state == null) guard.run(() -> peer.forward(null, x, x.length, batch, steps, y, y.length));
-        else guard.run(() -> peer.forward(state.peer(), x, x.length, batch, steps, y, y.length), state.guard());
+        Runnable call = () -> {
+            org.mamba4j.nativ.State st = state == null ? null : state.peer();
+            if (!HostStaging.worth(y.length)) peer.forward(st, x, x.length, batch, steps, y, y.length);
+            else staging.floatsToFloats(x, y, (i, o) -> peer.forward(st, i, x.length, batch, steps, o, y.length));
+        };
+        if (state == null) guard.run(call);
+        else guard.run(call, state.guard());
         return y;
     }
 
@@ -279,18 +284,8 @@ public final class MambaModel implements AutoCloseable {
         Checks.length("ids", ids.length, state.batch());
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
         guard.run(() -> {
-            if (logits.length < HostStaging.MIN_FLOATS) {
-                peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length);
-                return;
-            }
-            HostStaging.Pair p = staging.take(ids.length, logits.length);
-            try {
-                p.ids.put(ids);
-                peer.stepTokens(state.peer(), p.ids, ids.length, p.out, logits.length);
-                p.out.get(logits);
-            } finally {
-                staging.give(p);
-            }
+            if (!HostStaging.worth(logits.length)) peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length);
+            else staging.idsToFloats(ids, logits, (i, o) -> peer.stepTokens(state.peer(), i, ids.length, o, logits.length));
         }, state.guard());
     }
 
@@ -302,18 +297,11 @@ public final class MambaModel implements AutoCloseable {
         Checks.length("ids", ids.length, (long) state.batch() * steps);
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
         guard.run(() -> {
-            if (logits.length < HostStaging.MIN_FLOATS) {
+            if (!HostStaging.worth(logits.length))
                 peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length);
-                return;
-            }
-            HostStaging.Pair p = staging.take(ids.length, logits.length);
-            try {
-                p.ids.put(ids);
-                peer.prefillTokens(state.peer(), p.ids, ids.length, steps, p.out, logits.length);
-                p.out.get(logits);
-            } finally {
-                staging.give(p);
-            }
+            else
+                staging.idsToFloats(ids, logits,
+                        (i, o) -> peer.prefillTokens(state.peer(), i, ids.length, steps, o, logits.length));
         }, state.guard());
     }
 
@@ -370,18 +358,10 @@ public final class MambaModel implements AutoCloseable {
         float[] logits = new float[(int) n];
         Runnable call = () -> {
             org.mamba4j.nativ.State st = state == null ? null : state.peer();
-            if (logits.length < HostStaging.MIN_FLOATS) {
+            if (!HostStaging.worth(logits.length))
                 peer.forwardTokens(st, ids, ids.length, batch, steps, logits, logits.length);
-                return;
-            }
-            HostStaging.Pair p = staging.take(ids.length, logits.length);
-            try {
-                p.ids.put(ids);
-                peer.forwardTokens(st, p.ids, ids.length, batch, steps, p.out, logits.length);
-                p.out.get(logits);
-            } finally {
-                staging.give(p);
-            }
+            else
+                staging.idsToFloats(ids, logits, (i, o) -> peer.forwardTokens(st, i, ids.length, batch, steps, o, logits.length));
         };
         if (state == null) guard.run(call);
         else guard.run(call, state.guard());
@@ -484,6 +464,11 @@ public final class MambaModel implements AutoCloseable {
     }
 
     // ---- internals ----
+
+    /** The model's reusable native buffers for large inputs and outputs (also used by its trainers). */
+    HostStaging staging() {
+        return staging;
+    }
 
     /** The peer, for native calls made under {@link #guard()} (by this model, its states and trainers). */
     Model peer() {

@@ -317,7 +317,10 @@ public final class Trainer implements AutoCloseable {
         if (n > Integer.MAX_VALUE - 8)
             throw new IllegalArgumentException("batch * seqLen * vocab = " + n + " logits do not fit a Java array: use stepTokens");
         float[] logits = new float[(int) n];
-        guard.run(() -> peer.forwardTokens(ids, ids.length, logits, logits.length));
+        guard.run(() -> {
+            if (!HostStaging.worth(logits.length)) peer.forwardTokens(ids, ids.length, logits, logits.length);
+            else model.staging().idsToFloats(ids, logits, (i, o) -> peer.forwardTokens(i, ids.length, o, logits.length));
+        });
         return logits;
     }
 
@@ -353,7 +356,10 @@ public final class Trainer implements AutoCloseable {
     public float[] forward(float[] inputs) {
         checkInputs(inputs);
         float[] y = new float[batch * seqLen * outputWidth()];
-        guard.run(() -> peer.forward(inputs, inputs.length, y, y.length));
+        guard.run(() -> {
+            if (!HostStaging.worth(y.length)) peer.forward(inputs, inputs.length, y, y.length);
+            else model.staging().floatsToFloats(inputs, y, (i, o) -> peer.forward(i, inputs.length, o, y.length));
+        });
         return y;
     }
 

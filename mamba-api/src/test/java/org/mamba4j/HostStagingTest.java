@@ -67,6 +67,33 @@ class HostStagingTest {
     }
 
     @Test
+    void stagedSequenceOutputsMatchRowByRowRuns() {
+        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(1).build();
+        int T = 2048, in = 3;  // 2 rows × 2048 steps × 16 = 65,536 outputs: staged; one row: plain arrays
+        try (MambaModel m = MambaModel.builder(c).inputDim(in).device(Device.cpu()).gemmMode(GemmMode.DETERMINISTIC)
+                .seed(2).build()) {
+            float[] x = TestUtil.random(new Random(9), 2 * T * in, 1);
+            float[] both = m.forward(x, 2, T);
+            for (int r = 0; r < 2; r++) {
+                float[] alone = m.forward(java.util.Arrays.copyOfRange(x, r * T * in, (r + 1) * T * in), 1, T);
+                assertArrayEquals(alone, java.util.Arrays.copyOfRange(both, r * T * 16, (r + 1) * T * 16), "row " + r);
+            }
+            // the trainer's forward takes the model's buffers too; its products may round differently from
+            // inference's, so it is held to f32 rounding of the inference output
+            try (Trainer t = Trainer.builder(m).batch(2).seqLen(T).build()) {
+                float[] y = t.forward(x);
+                assertTrue(TestUtil.relL2(y, both) < 1e-5, "trainer forward vs inference: rel L2 " + TestUtil.relL2(y, both));
+            }
+        }
+        try (MambaModel lm = lm(); Trainer t = Trainer.builder(lm).batch(2).seqLen(3).build()) {
+            int[] ids = {5, 17, 39_999, 0, 123, 7};
+            float[] logits = t.forwardTokens(ids);  // 6 × 40,000: staged
+            float[] want = lm.forwardTokens(null, ids, 2, 3);
+            assertTrue(TestUtil.relL2(logits, want) < 1e-5, "trainer logits vs inference: rel L2 " + TestUtil.relL2(logits, want));
+        }
+    }
+
+    @Test
     void concurrentCallsOnOneModelGetTheirOwnBuffers() throws Exception {
         try (MambaModel m = lm()) {
             int threads = 6;
