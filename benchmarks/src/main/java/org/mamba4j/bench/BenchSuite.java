@@ -42,7 +42,7 @@ public final class BenchSuite {
                     .include("TrainStepBench\\.step$").param("shape", "default").param("gemmMode", "CUBLAS_FAST").param("dtype", "F32").param("model", "128x3")
                     .forks(1).warmupIterations(3).warmupTime(TimeValue.milliseconds(500))
                     .measurementIterations(5).measurementTime(TimeValue.milliseconds(500));
-            case "full" -> o.include("org\\.mamba4j\\.bench\\.(InferenceBench|JniBench|TrainStepBench)\\.");
+            case "full" -> o.include("org\\.mamba4j\\.bench\\.(InferenceBench|JniBench|TrainStepBench|LogitsBench)\\.");
             default -> throw new IllegalArgumentException("suite must be quick or full, not " + suite);
         }
         json.toAbsolutePath().getParent().toFile().mkdirs();
