@@ -2,6 +2,7 @@ package org.mamba4j;
 
 import java.util.ArrayDeque;
 import java.util.function.BiConsumer;
+import java.util.function.Consumer;
 import org.bytedeco.javacpp.FloatPointer;
 import org.bytedeco.javacpp.IntPointer;
 import org.bytedeco.javacpp.Pointer;
@@ -31,30 +32,25 @@ final class HostStaging implements AutoCloseable {
 
     /** call(ids staged, output buffer), then the output copied into out. */
     void idsToFloats(int[] ids, float[] out, BiConsumer<IntPointer, FloatPointer> call) {
-        IntPointer in = take(ints, ids.length);
-        FloatPointer o = null;
-        try {
-            o = take(floats, out.length);
-            in.put(ids);
-            call.accept(in, o);
-            o.get(out);
-        } finally {
-            give(ints, in);
-            if (o != null) give(floats, o);
-        }
+        stage(ints, ids.length, p -> p.put(ids), out, call);
     }
 
     /** call(x staged, output buffer), then the output copied into out. */
     void floatsToFloats(float[] x, float[] out, BiConsumer<FloatPointer, FloatPointer> call) {
-        FloatPointer in = take(floats, x.length);
+        stage(floats, x.length, p -> p.put(x), out, call);
+    }
+
+    private <P extends Pointer> void stage(ArrayDeque<P> inPool, long inCount, Consumer<P> fill, float[] out,
+                                           BiConsumer<P, FloatPointer> call) {
+        P in = take(inPool, inCount);
         FloatPointer o = null;
         try {
             o = take(floats, out.length);
-            in.put(x);
+            fill.accept(in);
             call.accept(in, o);
             o.get(out);
         } finally {
-            give(floats, in);
+            give(inPool, in);
             if (o != null) give(floats, o);
         }
     }
