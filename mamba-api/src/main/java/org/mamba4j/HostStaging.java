@@ -2,7 +2,9 @@ package org.mamba4j;
 
 import java.util.ArrayDeque;
 import java.util.function.BiConsumer;
+import java.util.function.BiFunction;
 import java.util.function.Consumer;
+import java.util.function.Function;
 import org.bytedeco.javacpp.FloatPointer;
 import org.bytedeco.javacpp.IntPointer;
 import org.bytedeco.javacpp.Pointer;
@@ -17,17 +19,19 @@ import org.bytedeco.javacpp.Pointer;
  * kind are kept. Closed with the model's native peer.
  */
 final class HostStaging implements AutoCloseable {
-    /** Outputs below this many floats go through plain Java arrays (JNI's copies are cheap there). */
+    /** Calls moving fewer floats than this go through plain Java arrays (JNI's copies are cheap there). */
     static final long MIN_FLOATS = 1 << 16;
+    /** The bound in use: package-private so that tests can send every call down one path or the other. */
+    static volatile long minFloats = MIN_FLOATS;
     private static final int KEEP = 4;
 
     private final ArrayDeque<FloatPointer> floats = new ArrayDeque<>();
     private final ArrayDeque<IntPointer> ints = new ArrayDeque<>();
     private boolean closed;
 
-    /** Whether an output of n floats should be staged. */
+    /** Whether a call moving n floats (its largest array) should be staged. */
     static boolean worth(long n) {
-        return n >= MIN_FLOATS;
+        return n >= minFloats;
     }
 
     /** call(ids staged, output buffer), then the output copied into out. */
@@ -38,6 +42,31 @@ final class HostStaging implements AutoCloseable {
     /** call(x staged, output buffer), then the output copied into out. */
     void floatsToFloats(float[] x, float[] out, BiConsumer<FloatPointer, FloatPointer> call) {
         stage(floats, x.length, p -> p.put(x), out, call);
+    }
+
+    /** call(a staged): inputs only. */
+    <R> R withFloats(float[] a, Function<FloatPointer, R> call) {
+        FloatPointer pa = take(floats, a.length);
+        try {
+            pa.put(a);
+            return call.apply(pa);
+        } finally {
+            give(floats, pa);
+        }
+    }
+
+    /** call(a staged, b staged): inputs only. */
+    <R> R withFloats(float[] a, float[] b, BiFunction<FloatPointer, FloatPointer, R> call) {
+        FloatPointer pa = take(floats, a.length), pb = null;
+        try {
+            pb = take(floats, b.length);
+            pa.put(a);
+            pb.put(b);
+            return call.apply(pa, pb);
+        } finally {
+            give(floats, pa);
+            if (pb != null) give(floats, pb);
+        }
     }
 
     private <P extends Pointer> void stage(ArrayDeque<P> inPool, long inCount, Consumer<P> fill, float[] out,

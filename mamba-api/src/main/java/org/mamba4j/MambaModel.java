@@ -195,7 +195,10 @@ public final class MambaModel implements AutoCloseable {
         Checks.length("x", x.length, (long) state.batch() * inputWidth());
         Checks.length("y", y.length, (long) state.batch() * outputWidth());
         Checks.finite("x", x);
-        guard.run(() -> peer.step(state.peer(), x, x.length, y, y.length), state.guard());
+        guard.run(() -> {
+            if (!HostStaging.worth(Math.max(x.length, y.length))) peer.step(state.peer(), x, x.length, y, y.length);
+            else staging.floatsToFloats(x, y, (i, o) -> peer.step(state.peer(), i, x.length, o, y.length));
+        }, state.guard());
     }
 
     /** One step from direct buffers (positions honoured, limits not moved): no copies on the CPU. */
@@ -233,7 +236,10 @@ public final class MambaModel implements AutoCloseable {
         Checks.length("x", x.length, (long) state.batch() * steps * inputWidth());
         Checks.finite("x", x);
         float[] y = new float[state.batch() * outputWidth()];
-        guard.run(() -> peer.prefill(state.peer(), x, x.length, steps, y, y.length), state.guard());
+        guard.run(() -> {
+            if (!HostStaging.worth(Math.max(x.length, y.length))) peer.prefill(state.peer(), x, x.length, steps, y, y.length);
+            else staging.floatsToFloats(x, y, (i, o) -> peer.prefill(state.peer(), i, x.length, steps, o, y.length));
+        }, state.guard());
         return y;
     }
 
@@ -267,7 +273,7 @@ public final class MambaModel implements AutoCloseable {
         float[] y = new float[(int) n];
         Runnable call = () -> {
             org.mamba4j.nativ.State st = state == null ? null : state.peer();
-            if (!HostStaging.worth(y.length)) peer.forward(st, x, x.length, batch, steps, y, y.length);
+            if (!HostStaging.worth(Math.max(x.length, y.length))) peer.forward(st, x, x.length, batch, steps, y, y.length);
             else staging.floatsToFloats(x, y, (i, o) -> peer.forward(st, i, x.length, batch, steps, o, y.length));
         };
         if (state == null) guard.run(call);

@@ -226,8 +226,13 @@ public final class Trainer implements AutoCloseable {
         Objects.requireNonNull(options, "options");
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return result(peer.stepMse(inputs, inputs.length, targets, targets.length, (float) options.scale(),
-                    options.applyOptimizer()), options.applyOptimizer(), false);
+            float scale = (float) options.scale();
+            boolean apply = options.applyOptimizer();
+            StepStats st = HostStaging.worth((long) inputs.length + targets.length)
+                    ? model.staging().withFloats(inputs, targets,
+                            (x, y) -> peer.stepMse(x, inputs.length, y, targets.length, scale, apply))
+                    : peer.stepMse(inputs, inputs.length, targets, targets.length, scale, apply);
+            return result(st, apply, false);
         });
     }
 
@@ -357,7 +362,7 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         float[] y = new float[batch * seqLen * outputWidth()];
         guard.run(() -> {
-            if (!HostStaging.worth(y.length)) peer.forward(inputs, inputs.length, y, y.length);
+            if (!HostStaging.worth(Math.max(inputs.length, y.length))) peer.forward(inputs, inputs.length, y, y.length);
             else model.staging().floatsToFloats(inputs, y, (i, o) -> peer.forward(i, inputs.length, o, y.length));
         });
         return y;
@@ -374,8 +379,12 @@ public final class Trainer implements AutoCloseable {
         Objects.requireNonNull(options, "options");
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return result(peer.backward(dOutput, dOutput.length, (float) options.scale(), options.applyOptimizer()),
-                    options.applyOptimizer(), false);
+            float scale = (float) options.scale();
+            boolean apply = options.applyOptimizer();
+            StepStats st = HostStaging.worth(dOutput.length)
+                    ? model.staging().withFloats(dOutput, d -> peer.backward(d, dOutput.length, scale, apply))
+                    : peer.backward(dOutput, dOutput.length, scale, apply);
+            return result(st, apply, false);
         });
     }
 

@@ -1,104 +1,104 @@
 package org.mamba4j;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Random;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.function.Function;
 import org.junit.jupiter.api.Test;
 
 /**
- * Logits of many rows go through the model's reusable native buffers (HostStaging) instead of JNI array copies.
- * With a vocabulary of 40,000 one row (40,000 floats) takes the plain array path and two rows (80,000 ≥
- * HostStaging.MIN_FLOATS) the staged one; in DETERMINISTIC mode a row's logits do not depend on the batch, so
- * the two paths must agree bit for bit — for stepTokens, prefillTokens and forwardTokens, on several threads at
- * once, and after the buffers were grown by a bigger call.
+ * Large inputs and outputs go through the model's reusable native buffers (HostStaging) instead of JNI array
+ * copies. Every such call must give exactly what the plain-array path gives: the same script of calls runs on two
+ * identical models, once with every call on arrays and once with every call staged (the bound set to its extremes),
+ * and every output, loss and trained weight must agree bit for bit. Also: several threads on one model, and the
+ * default bound.
  */
 class HostStagingTest {
-    private static final int V = 40_000;
+    private static final int V = 300, IN = 5;
 
-    private static MambaModel lm() {
-        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(1).build();
-        return MambaModel.builder(c).vocabSize(V).device(Device.cpu()).gemmMode(GemmMode.DETERMINISTIC).seed(7).build();
+    /** Runs script on a fresh model with every call on one path; returns everything it produced. */
+    private static List<float[]> runAll(boolean staged, Function<MambaModel[], List<float[]>> script) {
+        long saved = HostStaging.minFloats;
+        HostStaging.minFloats = staged ? 0 : Long.MAX_VALUE;
+        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(2).build();
+        try (MambaModel lm = MambaModel.builder(c).vocabSize(V).device(Device.cpu()).seed(7).build();
+             MambaModel bb = MambaModel.builder(c).inputDim(IN).device(Device.cpu()).seed(8).build()) {
+            return script.apply(new MambaModel[] {lm, bb});
+        } finally {
+            HostStaging.minFloats = saved;
+        }
     }
 
-    private static float[] row(float[] all, int r, int width) {
-        float[] out = new float[width];
-        System.arraycopy(all, r * width, out, 0, width);
+    private static List<float[]> script(MambaModel[] models) {
+        MambaModel lm = models[0], bb = models[1];
+        List<float[]> out = new ArrayList<>();
+        Random rng = new Random(3);
+        int B = 3, T = 6;
+        int[] ids = new int[B * T];
+        for (int i = 0; i < ids.length; i++) ids[i] = rng.nextInt(V);
+        float[] x = TestUtil.random(rng, B * T * IN, 1);
+        // language model: step, prefill, forward
+        try (MambaState s = lm.newState(B)) {
+            float[] logits = new float[B * V];
+            lm.prefillTokens(s, ids, T, logits);
+            out.add(logits.clone());
+            lm.stepTokens(s, Arrays.copyOf(ids, B), logits);
+            out.add(logits.clone());
+        }
+        out.add(lm.forwardTokens(null, ids, B, T));
+        // backbone: step, prefill, forward
+        try (MambaState s = bb.newState(B)) {
+            out.add(bb.prefill(s, x, T));
+            float[] y = new float[B * 16];
+            bb.step(s, Arrays.copyOf(x, B * IN), y);
+            out.add(y);
+        }
+        out.add(bb.forward(x, B, T));
+        // training: stepMse, split forward/backward, language-model forward
+        try (Trainer t = Trainer.builder(bb).batch(B).seqLen(T).adamW(AdamW.ofLearningRate(1e-2)).build()) {
+            float[] target = TestUtil.random(rng, B * T * 16, 1);
+            out.add(new float[] {(float) t.stepMse(x, target).loss()});
+            float[] y = t.forward(x);
+            out.add(y);
+            float[] dy = new float[y.length];
+            for (int i = 0; i < y.length; i++) dy[i] = 2 * (y[i] - target[i]) / y.length;
+            out.add(new float[] {(float) t.backward(dy).gradNorm()});
+        }
+        for (String n : bb.parameterNames()) out.add(bb.getParameter(n));
+        try (Trainer t = Trainer.builder(lm).batch(B).seqLen(T).build()) {
+            out.add(t.forwardTokens(ids));
+        }
         return out;
     }
 
     @Test
-    void stagedLogitsEqualThePlainArrayPath() {
-        assertTrue(2L * V >= HostStaging.MIN_FLOATS && V < HostStaging.MIN_FLOATS, "the test must straddle the bound");
-        try (MambaModel m = lm(); MambaState two = m.newState(2); MambaState a = m.newState(1); MambaState b = m.newState(1)) {
-            Random rng = new Random(3);
-            for (int step = 0; step < 3; step++) {
-                int[] ids = {rng.nextInt(V), rng.nextInt(V)};
-                float[] both = new float[2 * V], la = new float[V], lb = new float[V];
-                m.stepTokens(two, ids, both);
-                m.stepTokens(a, new int[] {ids[0]}, la);
-                m.stepTokens(b, new int[] {ids[1]}, lb);
-                assertArrayEquals(la, row(both, 0, V), "row 0, step " + step);
-                assertArrayEquals(lb, row(both, 1, V), "row 1, step " + step);
-            }
-            // prefill of 5 tokens per row, then every position's logits of the same prompts from a zero state
-            int[] prompt = new int[10];
-            for (int i = 0; i < prompt.length; i++) prompt[i] = rng.nextInt(V);
-            float[] last = new float[2 * V];
-            try (MambaState p = m.newState(2)) {
-                m.prefillTokens(p, prompt, 5, last);
-            }
-            float[] every = m.forwardTokens(null, prompt, 2, 5);  // 10 positions × V: staged
-            for (int r = 0; r < 2; r++) {
-                float[] alone = new float[V];
-                try (MambaState s = m.newState(1)) {
-                    m.prefillTokens(s, java.util.Arrays.copyOfRange(prompt, 5 * r, 5 * r + 5), 5, alone);
-                }
-                assertArrayEquals(alone, row(last, r, V), "prefill row " + r);
-                assertArrayEquals(alone, row(every, 5 * r + 4, V), "forwardTokens row " + r + ", last position");
-            }
-        }
-    }
-
-    @Test
-    void stagedSequenceOutputsMatchRowByRowRuns() {
-        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(1).build();
-        int T = 2048, in = 3;  // 2 rows × 2048 steps × 16 = 65,536 outputs: staged; one row: plain arrays
-        try (MambaModel m = MambaModel.builder(c).inputDim(in).device(Device.cpu()).gemmMode(GemmMode.DETERMINISTIC)
-                .seed(2).build()) {
-            float[] x = TestUtil.random(new Random(9), 2 * T * in, 1);
-            float[] both = m.forward(x, 2, T);
-            for (int r = 0; r < 2; r++) {
-                float[] alone = m.forward(java.util.Arrays.copyOfRange(x, r * T * in, (r + 1) * T * in), 1, T);
-                assertArrayEquals(alone, java.util.Arrays.copyOfRange(both, r * T * 16, (r + 1) * T * 16), "row " + r);
-            }
-            // the trainer's forward takes the model's buffers too; its products may round differently from
-            // inference's, so it is held to f32 rounding of the inference output
-            try (Trainer t = Trainer.builder(m).batch(2).seqLen(T).build()) {
-                float[] y = t.forward(x);
-                assertTrue(TestUtil.relL2(y, both) < 1e-5, "trainer forward vs inference: rel L2 " + TestUtil.relL2(y, both));
-            }
-        }
-        try (MambaModel lm = lm(); Trainer t = Trainer.builder(lm).batch(2).seqLen(3).build()) {
-            int[] ids = {5, 17, 39_999, 0, 123, 7};
-            float[] logits = t.forwardTokens(ids);  // 6 × 40,000: staged
-            float[] want = lm.forwardTokens(null, ids, 2, 3);
-            assertTrue(TestUtil.relL2(logits, want) < 1e-5, "trainer logits vs inference: rel L2 " + TestUtil.relL2(logits, want));
+    void everyStagedCallGivesTheArrayPathsBits() {
+        List<float[]> arrays = runAll(false, HostStagingTest::script), staged = runAll(true, HostStagingTest::script);
+        assertEquals(arrays.size(), staged.size());
+        for (int i = 0; i < arrays.size(); i++) {
+            assertTrue(arrays.get(i).length > 0);
+            assertArrayEquals(arrays.get(i), staged.get(i), "output " + i);
         }
     }
 
     @Test
     void concurrentCallsOnOneModelGetTheirOwnBuffers() throws Exception {
-        try (MambaModel m = lm()) {
+        long saved = HostStaging.minFloats;
+        HostStaging.minFloats = 0;  // every call staged: the pool is shared by the threads
+        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(1).build();
+        try (MambaModel m = MambaModel.builder(c).vocabSize(V).device(Device.cpu()).seed(7).build()) {
             int threads = 6;
-            List<int[]> inputs = new ArrayList<>();
             Random rng = new Random(5);
+            List<int[]> inputs = new ArrayList<>();
             for (int t = 0; t < threads; t++) inputs.add(new int[] {rng.nextInt(V), rng.nextInt(V), rng.nextInt(V)});
             List<float[]> want = new ArrayList<>();
             for (int[] ids : inputs) {
@@ -114,7 +114,7 @@ class HostStagingTest {
                 for (int[] ids : inputs)
                     got.add(pool.submit(() -> {
                         float[] l = new float[3 * V];
-                        for (int k = 0; k < 5; k++) {
+                        for (int k = 0; k < 20; k++) {
                             try (MambaState s = m.newState(3)) {
                                 m.stepTokens(s, ids, l);
                             }
@@ -125,17 +125,28 @@ class HostStagingTest {
             } finally {
                 pool.shutdown();
             }
+        } finally {
+            HostStaging.minFloats = saved;
         }
     }
 
     @Test
-    void wrongLengthsAndClosedModelsAreStillRefused() {
-        MambaModel m = lm();
-        MambaState s = m.newState(2);
-        assertThrows(IllegalArgumentException.class, () -> m.stepTokens(s, new int[] {1, 2}, new float[2 * V - 1]));
-        assertThrows(IllegalArgumentException.class, () -> m.stepTokens(s, new int[] {1, V}, new float[2 * V]));
-        s.close();
+    void theDefaultBoundStagesLargeCallsAndRefusesBadOnes() {
+        assertEquals(HostStaging.MIN_FLOATS, HostStaging.minFloats);
+        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(1).build();
+        int vocab = 40_000;  // one row below the bound, two rows above it
+        MambaModel m = MambaModel.builder(c).vocabSize(vocab).device(Device.cpu()).gemmMode(GemmMode.DETERMINISTIC)
+                .seed(7).build();
+        MambaState two = m.newState(2), one = m.newState(1);
+        float[] both = new float[2 * vocab], alone = new float[vocab];
+        m.stepTokens(two, new int[] {11, 39_999}, both);
+        m.stepTokens(one, new int[] {11}, alone);
+        assertArrayEquals(alone, Arrays.copyOf(both, vocab), "DETERMINISTIC: row 0 alone = row 0 of two (staged)");
+        assertThrows(IllegalArgumentException.class, () -> m.stepTokens(two, new int[] {1, 2}, new float[2 * vocab - 1]));
+        assertThrows(IllegalArgumentException.class, () -> m.stepTokens(two, new int[] {1, vocab}, new float[2 * vocab]));
+        two.close();
+        one.close();
         m.close();
-        assertThrows(IllegalStateException.class, () -> m.stepTokens(s, new int[] {1, 2}, new float[2 * V]));
+        assertThrows(IllegalStateException.class, () -> m.stepTokens(two, new int[] {1, 2}, new float[2 * vocab]));
     }
 }
