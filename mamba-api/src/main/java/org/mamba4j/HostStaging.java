@@ -69,6 +69,21 @@ final class HostStaging implements AutoCloseable {
         }
     }
 
+    /** call(a staged, b staged): float and int inputs. */
+    <R> R withFloatsInts(float[] a, int[] b, BiFunction<FloatPointer, IntPointer, R> call) {
+        FloatPointer pa = take(floats, a.length);
+        IntPointer pb = null;
+        try {
+            pb = take(ints, b.length);
+            pa.put(a);
+            pb.put(b);
+            return call.apply(pa, pb);
+        } finally {
+            give(floats, pa);
+            if (pb != null) give(ints, pb);
+        }
+    }
+
     private <P extends Pointer> void stage(ArrayDeque<P> inPool, long inCount, Consumer<P> fill, float[] out,
                                            BiConsumer<P, FloatPointer> call) {
         P in = take(inPool, inCount);

@@ -209,8 +209,13 @@ public final class Trainer implements AutoCloseable {
         Objects.requireNonNull(options, "options");
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return result(peer.step(inputs, inputs.length, dOutput, dOutput.length, (float) options.scale(),
-                    options.applyOptimizer()), options.applyOptimizer(), false);
+            float scale = (float) options.scale();
+            boolean apply = options.applyOptimizer();
+            StepStats st = HostStaging.worth((long) inputs.length + dOutput.length)
+                    ? model.staging().withFloats(inputs, dOutput,
+                            (x, d) -> peer.step(x, inputs.length, d, dOutput.length, scale, apply))
+                    : peer.step(inputs, inputs.length, dOutput, dOutput.length, scale, apply);
+            return result(st, apply, false);
         });
     }
 
@@ -253,8 +258,13 @@ public final class Trainer implements AutoCloseable {
         checkCrossEntropyHead();
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex,
-                    (float) options.scale(), options.applyOptimizer()), options.applyOptimizer(), true);
+            float scale = (float) options.scale();
+            boolean apply = options.applyOptimizer();
+            StepStats st = HostStaging.worth((long) inputs.length + targets.length)
+                    ? model.staging().withFloatsInts(inputs, targets,
+                            (x, t) -> peer.stepCrossEntropy(x, inputs.length, t, targets.length, ignoreIndex, scale, apply))
+                    : peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex, scale, apply);
+            return result(st, apply, true);
         });
     }
 
@@ -342,8 +352,12 @@ public final class Trainer implements AutoCloseable {
         Objects.requireNonNull(options, "options");
         return guard.get(() -> {
             prepareStep(options.applyOptimizer());
-            return result(peer.backwardLogits(dLogits, dLogits.length, (float) options.scale(), options.applyOptimizer()),
-                    options.applyOptimizer(), false);
+            float scale = (float) options.scale();
+            boolean apply = options.applyOptimizer();
+            StepStats st = HostStaging.worth(dLogits.length)
+                    ? model.staging().withFloats(dLogits, d -> peer.backwardLogits(d, dLogits.length, scale, apply))
+                    : peer.backwardLogits(dLogits, dLogits.length, scale, apply);
+            return result(st, apply, false);
         });
     }
 
@@ -352,7 +366,10 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkTargets(targets);
         checkCrossEntropyHead();
-        return guard.get(() -> result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
+        return guard.get(() -> result(HostStaging.worth((long) inputs.length + targets.length)
+                ? model.staging().withFloatsInts(inputs, targets,
+                        (x, t) -> peer.evalCrossEntropy(x, inputs.length, t, targets.length, ignoreIndex))
+                : peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
     }
 
     // ---- split forward / backward ----

@@ -73,10 +73,25 @@ class HostStagingTest {
             for (int i = 0; i < y.length; i++) dy[i] = 2 * (y[i] - target[i]) / y.length;
             out.add(new float[] {(float) t.backward(dy).gradNorm()});
         }
-        for (String n : bb.parameterNames()) out.add(bb.getParameter(n));
-        try (Trainer t = Trainer.builder(lm).batch(B).seqLen(T).build()) {
-            out.add(t.forwardTokens(ids));
+        try (Trainer t = Trainer.builder(bb).batch(B).seqLen(T).crossEntropyHead(7).adamW(AdamW.ofLearningRate(1e-2))
+                .build()) {
+            int[] classes = new int[B * T];
+            for (int i = 0; i < classes.length; i++) classes[i] = rng.nextInt(7);
+            out.add(new float[] {(float) t.stepCrossEntropy(x, classes).loss()});
+            out.add(new float[] {(float) t.evaluateCrossEntropy(x, classes).loss()});
         }
+        try (Trainer t = Trainer.builder(bb).batch(B).seqLen(T).adamW(AdamW.ofLearningRate(1e-2)).build()) {
+            out.add(new float[] {(float) t.step(x, TestUtil.random(rng, B * T * 16, 1)).gradNorm()});
+        }
+        for (String n : bb.parameterNames()) out.add(bb.getParameter(n));
+        try (Trainer t = Trainer.builder(lm).batch(B).seqLen(T).adamW(AdamW.ofLearningRate(1e-2)).build()) {
+            float[] logits = t.forwardTokens(ids);
+            out.add(logits);
+            float[] dl = new float[logits.length];
+            for (int i = 0; i < dl.length; i++) dl[i] = logits[i] * 1e-3f;
+            out.add(new float[] {(float) t.backwardLogits(dl).gradNorm()});
+        }
+        for (String n : lm.parameterNames()) out.add(lm.getParameter(n));
         return out;
     }
 
