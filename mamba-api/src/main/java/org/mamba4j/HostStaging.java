@@ -15,8 +15,10 @@ import org.bytedeco.javacpp.Pointer;
  * for 256 rows × 50,280 logits (51 MB) that was two-thirds of a CPU step (40 ms against 12.5 ms through reused
  * buffers, docs/benchmarks.md). Here a call takes buffers from the pool, the native side reads and writes them, one
  * copy moves the result into the caller's array, and the buffers go back. Calls on one model may run on several
- * threads at once, so a call that finds the pool empty allocates its own; at most {@link #KEEP} buffers of each
- * kind are kept. Closed with the model's native peer.
+ * threads at once, so a call that finds no buffer big enough allocates its own. What the pool keeps between calls is
+ * bounded: at most {@link #KEEP} buffers of each kind and {@link #MAX_KEPT_BYTES} in all (the least recently returned
+ * go first), so one huge call (logits of a whole batch of sequences) does not pin its buffers for the model's life.
+ * Closed with the model's native peer.
  */
 final class HostStaging implements AutoCloseable {
     /** Calls moving fewer floats than this go through plain Java arrays (JNI's copies are cheap there). */
@@ -24,6 +26,8 @@ final class HostStaging implements AutoCloseable {
     /** The bound in use: package-private so that tests can send every call down one path or the other. */
     static volatile long minFloats = MIN_FLOATS;
     private static final int KEEP = 4;
+    /** Bytes of buffers kept between calls, both kinds together (enough for 256 rows of 50,280 logits twice over). */
+    static final long MAX_KEPT_BYTES = 128L << 20;
 
     private final ArrayDeque<FloatPointer> floats = new ArrayDeque<>();
     private final ArrayDeque<IntPointer> ints = new ArrayDeque<>();
@@ -114,12 +118,29 @@ final class HostStaging implements AutoCloseable {
     }
 
     private synchronized <P extends Pointer> void give(ArrayDeque<P> pool, P p) {
-        if (closed) {
+        if (closed || bytes(p) > MAX_KEPT_BYTES) {
             p.close();
             return;
         }
         pool.addFirst(p);
         if (pool.size() > KEEP) pool.pollLast().close();  // the least recently returned
+        while (keptBytes() > MAX_KEPT_BYTES) {
+            ArrayDeque<? extends Pointer> from = floats.isEmpty() ? ints : ints.isEmpty() ? floats
+                    : bytes(floats.peekLast()) >= bytes(ints.peekLast()) ? floats : ints;
+            from.pollLast().close();
+        }
+    }
+
+    private static long bytes(Pointer p) {
+        return p.capacity() * p.sizeof();
+    }
+
+    /** Bytes the pool holds now (for the bound above; tests read it). */
+    synchronized long keptBytes() {
+        long b = 0;
+        for (Pointer p : floats) b += bytes(p);
+        for (Pointer p : ints) b += bytes(p);
+        return b;
     }
 
     @Override
