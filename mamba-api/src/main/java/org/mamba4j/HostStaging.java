@@ -1,10 +1,8 @@
 package org.mamba4j;
 
 import java.util.ArrayDeque;
-import java.util.function.BiConsumer;
-import java.util.function.BiFunction;
-import java.util.function.Consumer;
-import java.util.function.Function;
+import java.util.ArrayList;
+import java.util.List;
 import org.bytedeco.javacpp.FloatPointer;
 import org.bytedeco.javacpp.IntPointer;
 import org.bytedeco.javacpp.Pointer;
@@ -13,12 +11,12 @@ import org.bytedeco.javacpp.Pointer;
  * Reusable native host buffers for a model's large inputs and outputs (logits of many rows, whole-sequence outputs).
  * Handing a Java array to a native call makes JNI allocate a native copy, copy the array in and copy it back out —
  * for 256 rows × 50,280 logits (51 MB) that was two-thirds of a CPU step (40 ms against 12.5 ms through reused
- * buffers, docs/benchmarks.md). Here a call takes buffers from the pool, the native side reads and writes them, one
- * copy moves the result into the caller's array, and the buffers go back. Calls on one model may run on several
- * threads at once, so a call that finds no buffer big enough allocates its own. What the pool keeps between calls is
- * bounded: at most {@link #KEEP} buffers of each kind and {@link #MAX_KEPT_BYTES} in all (the least recently returned
- * go first), so one huge call (logits of a whole batch of sequences) does not pin its buffers for the model's life.
- * Closed with the model's native peer.
+ * buffers, docs/benchmarks.md). Here a call leases buffers from the pool ({@link #lease()}), the native side reads
+ * and writes them, one copy moves the result into the caller's array, and closing the lease gives the buffers back.
+ * Calls on one model may run on several threads at once, so a lease that finds no buffer big enough allocates its
+ * own. What the pool keeps between calls is bounded: at most {@link #KEEP} buffers of each kind and
+ * {@link #MAX_KEPT_BYTES} in all (the least recently returned go first), so one huge call (logits of a whole batch
+ * of sequences) does not pin its buffers for the model's life. Closed with the model's native peer.
  */
 final class HostStaging implements AutoCloseable {
     /** Calls moving fewer floats than this go through plain Java arrays (JNI's copies are cheap there). */
@@ -33,73 +31,48 @@ final class HostStaging implements AutoCloseable {
     private final ArrayDeque<IntPointer> ints = new ArrayDeque<>();
     private boolean closed;
 
-    /** Whether a call moving n floats (its largest array) should be staged. */
+    /** Whether a call moving n floats (its largest array, or its inputs together) should be staged. */
     static boolean worth(long n) {
         return n >= minFloats;
     }
 
-    /** call(ids staged, output buffer), then the output copied into out. */
-    void idsToFloats(int[] ids, float[] out, BiConsumer<IntPointer, FloatPointer> call) {
-        stage(ints, ids.length, p -> p.put(ids), out, call);
+    /** Buffers for one native call; closing it gives them back to the pool. */
+    Lease lease() {
+        return new Lease();
     }
 
-    /** call(x staged, output buffer), then the output copied into out. */
-    void floatsToFloats(float[] x, float[] out, BiConsumer<FloatPointer, FloatPointer> call) {
-        stage(floats, x.length, p -> p.put(x), out, call);
-    }
+    final class Lease implements AutoCloseable {
+        private final List<Pointer> taken = new ArrayList<>(3);
 
-    /** call(a staged): inputs only. */
-    <R> R withFloats(float[] a, Function<FloatPointer, R> call) {
-        FloatPointer pa = take(floats, a.length);
-        try {
-            pa.put(a);
-            return call.apply(pa);
-        } finally {
-            give(floats, pa);
+        /** A buffer holding a copy of values (an input). */
+        FloatPointer floats(float[] values) {
+            FloatPointer p = floats(values.length);
+            p.put(values);
+            return p;
         }
-    }
 
-    /** call(a staged, b staged): inputs only. */
-    <R> R withFloats(float[] a, float[] b, BiFunction<FloatPointer, FloatPointer, R> call) {
-        FloatPointer pa = take(floats, a.length), pb = null;
-        try {
-            pb = take(floats, b.length);
-            pa.put(a);
-            pb.put(b);
-            return call.apply(pa, pb);
-        } finally {
-            give(floats, pa);
-            if (pb != null) give(floats, pb);
+        /** A buffer of at least n floats (an output; copy it out with {@code get(array)}). */
+        FloatPointer floats(long n) {
+            FloatPointer p = take(HostStaging.this.floats, n);
+            taken.add(p);
+            return p;
         }
-    }
 
-    /** call(a staged, b staged): float and int inputs. */
-    <R> R withFloatsInts(float[] a, int[] b, BiFunction<FloatPointer, IntPointer, R> call) {
-        FloatPointer pa = take(floats, a.length);
-        IntPointer pb = null;
-        try {
-            pb = take(ints, b.length);
-            pa.put(a);
-            pb.put(b);
-            return call.apply(pa, pb);
-        } finally {
-            give(floats, pa);
-            if (pb != null) give(ints, pb);
+        /** A buffer holding a copy of values (an input). */
+        IntPointer ints(int[] values) {
+            IntPointer p = take(HostStaging.this.ints, values.length);
+            taken.add(p);
+            p.put(values);
+            return p;
         }
-    }
 
-    private <P extends Pointer> void stage(ArrayDeque<P> inPool, long inCount, Consumer<P> fill, float[] out,
-                                           BiConsumer<P, FloatPointer> call) {
-        P in = take(inPool, inCount);
-        FloatPointer o = null;
-        try {
-            o = take(floats, out.length);
-            fill.accept(in);
-            call.accept(in, o);
-            o.get(out);
-        } finally {
-            give(inPool, in);
-            if (o != null) give(floats, o);
+        @Override
+        public void close() {
+            for (Pointer p : taken) {
+                if (p instanceof IntPointer ip) give(ints, ip);
+                else give(floats, (FloatPointer) p);
+            }
+            taken.clear();
         }
     }
 

@@ -8,6 +8,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import org.bytedeco.javacpp.FloatPointer;
 import org.bytedeco.javacpp.Pointer;
 import org.mamba4j.nativ.Model;
 import org.mamba4j.nativ.ParamLayout;
@@ -197,7 +198,11 @@ public final class MambaModel implements AutoCloseable {
         Checks.finite("x", x);
         guard.run(() -> {
             if (!HostStaging.worth(Math.max(x.length, y.length))) peer.step(state.peer(), x, x.length, y, y.length);
-            else staging.floatsToFloats(x, y, (i, o) -> peer.step(state.peer(), i, x.length, o, y.length));
+            else try (HostStaging.Lease l = staging.lease()) {
+                FloatPointer o = l.floats(y.length);
+                peer.step(state.peer(), l.floats(x), x.length, o, y.length);
+                o.get(y);
+            }
         }, state.guard());
     }
 
@@ -238,7 +243,11 @@ public final class MambaModel implements AutoCloseable {
         float[] y = new float[state.batch() * outputWidth()];
         guard.run(() -> {
             if (!HostStaging.worth(Math.max(x.length, y.length))) peer.prefill(state.peer(), x, x.length, steps, y, y.length);
-            else staging.floatsToFloats(x, y, (i, o) -> peer.prefill(state.peer(), i, x.length, steps, o, y.length));
+            else try (HostStaging.Lease l = staging.lease()) {
+                FloatPointer o = l.floats(y.length);
+                peer.prefill(state.peer(), l.floats(x), x.length, steps, o, y.length);
+                o.get(y);
+            }
         }, state.guard());
         return y;
     }
@@ -274,7 +283,11 @@ public final class MambaModel implements AutoCloseable {
         Runnable call = () -> {
             org.mamba4j.nativ.State st = state == null ? null : state.peer();
             if (!HostStaging.worth(Math.max(x.length, y.length))) peer.forward(st, x, x.length, batch, steps, y, y.length);
-            else staging.floatsToFloats(x, y, (i, o) -> peer.forward(st, i, x.length, batch, steps, o, y.length));
+            else try (HostStaging.Lease l = staging.lease()) {
+                FloatPointer o = l.floats(y.length);
+                peer.forward(st, l.floats(x), x.length, batch, steps, o, y.length);
+                o.get(y);
+            }
         };
         if (state == null) guard.run(call);
         else guard.run(call, state.guard());
@@ -291,7 +304,11 @@ public final class MambaModel implements AutoCloseable {
         Checks.length("logits", logits.length, (long) state.batch() * vocabSize);
         guard.run(() -> {
             if (!HostStaging.worth(logits.length)) peer.stepTokens(state.peer(), ids, ids.length, logits, logits.length);
-            else staging.idsToFloats(ids, logits, (i, o) -> peer.stepTokens(state.peer(), i, ids.length, o, logits.length));
+            else try (HostStaging.Lease l = staging.lease()) {
+                FloatPointer o = l.floats(logits.length);
+                peer.stepTokens(state.peer(), l.ints(ids), ids.length, o, logits.length);
+                o.get(logits);
+            }
         }, state.guard());
     }
 
@@ -305,9 +322,11 @@ public final class MambaModel implements AutoCloseable {
         guard.run(() -> {
             if (!HostStaging.worth(logits.length))
                 peer.prefillTokens(state.peer(), ids, ids.length, steps, logits, logits.length);
-            else
-                staging.idsToFloats(ids, logits,
-                        (i, o) -> peer.prefillTokens(state.peer(), i, ids.length, steps, o, logits.length));
+            else try (HostStaging.Lease l = staging.lease()) {
+                FloatPointer o = l.floats(logits.length);
+                peer.prefillTokens(state.peer(), l.ints(ids), ids.length, steps, o, logits.length);
+                o.get(logits);
+            }
         }, state.guard());
     }
 
@@ -366,8 +385,11 @@ public final class MambaModel implements AutoCloseable {
             org.mamba4j.nativ.State st = state == null ? null : state.peer();
             if (!HostStaging.worth(logits.length))
                 peer.forwardTokens(st, ids, ids.length, batch, steps, logits, logits.length);
-            else
-                staging.idsToFloats(ids, logits, (i, o) -> peer.forwardTokens(st, i, ids.length, batch, steps, o, logits.length));
+            else try (HostStaging.Lease l = staging.lease()) {
+                FloatPointer o = l.floats(logits.length);
+                peer.forwardTokens(st, l.ints(ids), ids.length, batch, steps, o, logits.length);
+                o.get(logits);
+            }
         };
         if (state == null) guard.run(call);
         else guard.run(call, state.guard());

@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.function.Predicate;
+import org.bytedeco.javacpp.FloatPointer;
 import org.mamba4j.nativ.AdamWConfig;
 import org.mamba4j.nativ.StepStats;
 import org.mamba4j.nativ.global.libmamba;
@@ -211,11 +212,12 @@ public final class Trainer implements AutoCloseable {
             prepareStep(options.applyOptimizer());
             float scale = (float) options.scale();
             boolean apply = options.applyOptimizer();
-            StepStats st = HostStaging.worth((long) inputs.length + dOutput.length)
-                    ? model.staging().withFloats(inputs, dOutput,
-                            (x, d) -> peer.step(x, inputs.length, d, dOutput.length, scale, apply))
-                    : peer.step(inputs, inputs.length, dOutput, dOutput.length, scale, apply);
-            return result(st, apply, false);
+            if (!HostStaging.worth((long) inputs.length + dOutput.length))
+                return result(peer.step(inputs, inputs.length, dOutput, dOutput.length, scale, apply), apply, false);
+            try (HostStaging.Lease l = model.staging().lease()) {
+                return result(peer.step(l.floats(inputs), inputs.length, l.floats(dOutput), dOutput.length, scale, apply),
+                        apply, false);
+            }
         });
     }
 
@@ -233,11 +235,12 @@ public final class Trainer implements AutoCloseable {
             prepareStep(options.applyOptimizer());
             float scale = (float) options.scale();
             boolean apply = options.applyOptimizer();
-            StepStats st = HostStaging.worth((long) inputs.length + targets.length)
-                    ? model.staging().withFloats(inputs, targets,
-                            (x, y) -> peer.stepMse(x, inputs.length, y, targets.length, scale, apply))
-                    : peer.stepMse(inputs, inputs.length, targets, targets.length, scale, apply);
-            return result(st, apply, false);
+            if (!HostStaging.worth((long) inputs.length + targets.length))
+                return result(peer.stepMse(inputs, inputs.length, targets, targets.length, scale, apply), apply, false);
+            try (HostStaging.Lease l = model.staging().lease()) {
+                return result(peer.stepMse(l.floats(inputs), inputs.length, l.floats(targets), targets.length, scale, apply),
+                        apply, false);
+            }
         });
     }
 
@@ -260,11 +263,13 @@ public final class Trainer implements AutoCloseable {
             prepareStep(options.applyOptimizer());
             float scale = (float) options.scale();
             boolean apply = options.applyOptimizer();
-            StepStats st = HostStaging.worth((long) inputs.length + targets.length)
-                    ? model.staging().withFloatsInts(inputs, targets,
-                            (x, t) -> peer.stepCrossEntropy(x, inputs.length, t, targets.length, ignoreIndex, scale, apply))
-                    : peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex, scale, apply);
-            return result(st, apply, true);
+            if (!HostStaging.worth((long) inputs.length + targets.length))
+                return result(peer.stepCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex, scale,
+                        apply), apply, true);
+            try (HostStaging.Lease l = model.staging().lease()) {
+                return result(peer.stepCrossEntropy(l.floats(inputs), inputs.length, l.ints(targets), targets.length,
+                        ignoreIndex, scale, apply), apply, true);
+            }
         });
     }
 
@@ -334,7 +339,11 @@ public final class Trainer implements AutoCloseable {
         float[] logits = new float[(int) n];
         guard.run(() -> {
             if (!HostStaging.worth(logits.length)) peer.forwardTokens(ids, ids.length, logits, logits.length);
-            else model.staging().idsToFloats(ids, logits, (i, o) -> peer.forwardTokens(i, ids.length, o, logits.length));
+            else try (HostStaging.Lease l = model.staging().lease()) {
+                FloatPointer o = l.floats(logits.length);
+                peer.forwardTokens(l.ints(ids), ids.length, o, logits.length);
+                o.get(logits);
+            }
         });
         return logits;
     }
@@ -354,10 +363,11 @@ public final class Trainer implements AutoCloseable {
             prepareStep(options.applyOptimizer());
             float scale = (float) options.scale();
             boolean apply = options.applyOptimizer();
-            StepStats st = HostStaging.worth(dLogits.length)
-                    ? model.staging().withFloats(dLogits, d -> peer.backwardLogits(d, dLogits.length, scale, apply))
-                    : peer.backwardLogits(dLogits, dLogits.length, scale, apply);
-            return result(st, apply, false);
+            if (!HostStaging.worth(dLogits.length))
+                return result(peer.backwardLogits(dLogits, dLogits.length, scale, apply), apply, false);
+            try (HostStaging.Lease l = model.staging().lease()) {
+                return result(peer.backwardLogits(l.floats(dLogits), dLogits.length, scale, apply), apply, false);
+            }
         });
     }
 
@@ -366,10 +376,14 @@ public final class Trainer implements AutoCloseable {
         checkInputs(inputs);
         checkTargets(targets);
         checkCrossEntropyHead();
-        return guard.get(() -> result(HostStaging.worth((long) inputs.length + targets.length)
-                ? model.staging().withFloatsInts(inputs, targets,
-                        (x, t) -> peer.evalCrossEntropy(x, inputs.length, t, targets.length, ignoreIndex))
-                : peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true));
+        return guard.get(() -> {
+            if (!HostStaging.worth((long) inputs.length + targets.length))
+                return result(peer.evalCrossEntropy(inputs, inputs.length, targets, targets.length, ignoreIndex), false, true);
+            try (HostStaging.Lease l = model.staging().lease()) {
+                return result(peer.evalCrossEntropy(l.floats(inputs), inputs.length, l.ints(targets), targets.length,
+                        ignoreIndex), false, true);
+            }
+        });
     }
 
     // ---- split forward / backward ----
@@ -380,7 +394,11 @@ public final class Trainer implements AutoCloseable {
         float[] y = new float[batch * seqLen * outputWidth()];
         guard.run(() -> {
             if (!HostStaging.worth(Math.max(inputs.length, y.length))) peer.forward(inputs, inputs.length, y, y.length);
-            else model.staging().floatsToFloats(inputs, y, (i, o) -> peer.forward(i, inputs.length, o, y.length));
+            else try (HostStaging.Lease l = model.staging().lease()) {
+                FloatPointer o = l.floats(y.length);
+                peer.forward(l.floats(inputs), inputs.length, o, y.length);
+                o.get(y);
+            }
         });
         return y;
     }
@@ -398,10 +416,11 @@ public final class Trainer implements AutoCloseable {
             prepareStep(options.applyOptimizer());
             float scale = (float) options.scale();
             boolean apply = options.applyOptimizer();
-            StepStats st = HostStaging.worth(dOutput.length)
-                    ? model.staging().withFloats(dOutput, d -> peer.backward(d, dOutput.length, scale, apply))
-                    : peer.backward(dOutput, dOutput.length, scale, apply);
-            return result(st, apply, false);
+            if (!HostStaging.worth(dOutput.length))
+                return result(peer.backward(dOutput, dOutput.length, scale, apply), apply, false);
+            try (HostStaging.Lease l = model.staging().lease()) {
+                return result(peer.backward(l.floats(dOutput), dOutput.length, scale, apply), apply, false);
+            }
         });
     }
 

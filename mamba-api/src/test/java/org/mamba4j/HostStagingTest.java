@@ -145,24 +145,36 @@ class HostStagingTest {
         }
     }
 
+    /** One staged call's buffers: an input holding x and an output of out.length floats, copied out. */
+    private static void inOut(HostStaging pool, float[] x, float[] out) {
+        try (HostStaging.Lease l = pool.lease()) {
+            l.floats(x);
+            l.floats(out.length).get(out);
+        }
+    }
+
     @Test
     void thePoolKeepsABoundedAmountBetweenCalls() {
         HostStaging pool = new HostStaging();
         float[] small = new float[1000], big = new float[(int) (HostStaging.MAX_KEPT_BYTES / 4) + 1];
-        pool.floatsToFloats(small, small, (i, o) -> {});
+        inOut(pool, small, small);
         assertTrue(pool.keptBytes() > 0 && pool.keptBytes() <= HostStaging.MAX_KEPT_BYTES, "small buffers are kept");
-        pool.floatsToFloats(big, small, (i, o) -> {});  // a buffer over the bound is freed after its call
+        inOut(pool, big, small);  // a buffer over the bound is freed after its call
         assertTrue(pool.keptBytes() <= HostStaging.MAX_KEPT_BYTES, "kept " + pool.keptBytes());
         float[] half = new float[(int) (HostStaging.MAX_KEPT_BYTES / 4 / 2)];
-        for (int k = 0; k < 3; k++) pool.floatsToFloats(half, half, (i, o) -> {});  // two at a time, 2 × half = the bound
+        for (int k = 0; k < 3; k++) inOut(pool, half, half);  // two at a time, 2 × half = the bound
         assertTrue(pool.keptBytes() <= HostStaging.MAX_KEPT_BYTES, "kept " + pool.keptBytes());
         // four buffers of 0.4 × the bound in flight at once (a staged call inside a staged call): only what fits stays
         float[] part = new float[(int) (HostStaging.MAX_KEPT_BYTES / 4 * 2 / 5)];
-        pool.floatsToFloats(part, part, (i, o) -> pool.floatsToFloats(part, part, (i2, o2) -> {}));
+        try (HostStaging.Lease outer = pool.lease()) {
+            outer.floats(part);
+            outer.floats(part.length);
+            inOut(pool, part, part);
+        }
         assertTrue(pool.keptBytes() <= HostStaging.MAX_KEPT_BYTES && pool.keptBytes() > 0, "kept " + pool.keptBytes());
         pool.close();
         assertEquals(0, pool.keptBytes());
-        pool.floatsToFloats(small, small, (i, o) -> {});  // still usable after close, keeps nothing
+        inOut(pool, small, small);  // still usable after close, keeps nothing
         assertEquals(0, pool.keptBytes());
     }
 
