@@ -145,6 +145,38 @@ class HostStagingTest {
         }
     }
 
+    @Test
+    void twoModelsOnTwoThreadsKeepTheirOwnPools() throws Exception {
+        long saved = HostStaging.minFloats;
+        HostStaging.minFloats = 0;  // every call staged
+        Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(1).build();
+        try (MambaModel a = MambaModel.builder(c).vocabSize(V).device(Device.cpu()).seed(1).build();
+             MambaModel b = MambaModel.builder(c).inputDim(IN).device(Device.cpu()).seed(2).build()) {
+            int[] ids = {3, 1, 4, 1};
+            float[] x = TestUtil.random(new Random(6), 4 * 9 * IN, 1);
+            float[] wantLogits = a.forwardTokens(null, ids, 2, 2), wantY = b.forward(x, 4, 9);
+            ExecutorService pool = Executors.newFixedThreadPool(2);
+            try {
+                Future<Boolean> fa = pool.submit(() -> {
+                    boolean same = true;
+                    for (int k = 0; k < 50; k++) same &= Arrays.equals(wantLogits, a.forwardTokens(null, ids, 2, 2));
+                    return same;
+                });
+                Future<Boolean> fb = pool.submit(() -> {
+                    boolean same = true;
+                    for (int k = 0; k < 50; k++) same &= Arrays.equals(wantY, b.forward(x, 4, 9));
+                    return same;
+                });
+                assertTrue(fa.get(), "model a's logits changed while model b ran");
+                assertTrue(fb.get(), "model b's outputs changed while model a ran");
+            } finally {
+                pool.shutdown();
+            }
+        } finally {
+            HostStaging.minFloats = saved;
+        }
+    }
+
     /** One staged call's buffers: an input holding x and an output of out.length floats, copied out. */
     private static void inOut(HostStaging pool, float[] x, float[] out) {
         try (HostStaging.Lease l = pool.lease()) {
