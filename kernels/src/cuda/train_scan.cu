@@ -15,7 +15,8 @@
 //     in registers (compile-time indices), then walk it backwards:
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
-// dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels, then
+// dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels (for d_state 16 a
+// reduce-scatter: each lane ends with one of the warp's 2N sums), then
 // the block's warps in order through shared memory (one barrier per sub-chunk, for its SUB steps), give one
 // partial per (channel block, row); a second kernel adds the channel blocks in order. dA_log and dD are sums over batch rows and groups: one partial per
 // (b, group, d), added in that order by a third kernel (which also applies dA_log = dA·A).
@@ -43,12 +44,28 @@ constexpr int kWarps = kThreads / 32;
 template <int NS>
 constexpr int kBackwardMinBlocks = NS == 4 ? 5 : 3;
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.f / (1.f + expf(-x)); }
+// 1/y correctly rounded is one MUFU reciprocal plus a fix-up; the same bits as the IEEE division 1.f / y.
+__device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.f + expf(-x)); }
 
 /** Σ over the S lanes that share a channel (S a power of two ≤ 32; all 32 lanes take part). */
 __device__ __forceinline__ float groupSum(float v, int S) {
     for (int off = S / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
+}
+
+/**
+ * One level of a reduce-scatter: lanes `off` apart swap halves of v[0, 2H) and add, so each keeps H sums
+ * (the lower lane the first half, the upper lane the second) in v[0, H).
+ */
+template <int H>
+__device__ __forceinline__ void foldHalf(float* v, int off, int wl) {
+    const bool upper = (wl & off) != 0;
+#pragma unroll
+    for (int k = 0; k < H; ++k) {
+        const float send = upper ? v[k] : v[k + H];
+        const float keep = upper ? v[k + H] : v[k];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    }
 }
 
 struct Layout {
@@ -152,7 +169,9 @@ __global__ void carryCombineKernel(ScanBackwardArgs s, BackwardOut o) {
     }
 }
 
-template <int NS, int SUB>
+// S_FIXED > 0: the lanes per channel known at compile time, every lane's NS states real (N == NS·S_FIXED):
+// shuffle trees unrolled, no per-state bounds checks. S_FIXED = 0: any d_state (the layout's S at run time).
+template <int NS, int SUB, int S_FIXED>
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
     extern __shared__ float smem[];
@@ -166,12 +185,15 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     float* sub = smem;                                        // [nsub_max][NS][kThreads]
     float* red = smem + static_cast<int64_t>(nsub_max) * NS * kThreads;  // [2][SUB][kWarps][2N]
     float* dcache = red + 2 * SUB * kWarps * 2 * N;  // [K][per_block]: Δ of the chunk's steps (phase 1 → phase 2)
-    const int ch_local = tid / L.S;
+    constexpr bool kFull = S_FIXED > 0;
+    static_assert(!kFull || (NS == 4 && S_FIXED == 4), "the reduce-scatter below is written for 8 channels × 8 sums per warp");
+    const int S = S_FIXED > 0 ? S_FIXED : L.S;
+    const int ch_local = tid / S;
 
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-        const bool on = p.n0 + i < N;
+        const bool on = (kFull || p.n0 + i < N);
         A[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
         a2[i] = A[i] * kLog2e;
         // the carry starts from ∂L/∂h_end when the state is carried on (nothing reads h past the end otherwise),
@@ -193,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
         {
             float h[NS];
 #pragma unroll
-            for (int i = 0; i < NS; ++i) h[i] = p.n0 + i < N ? ck[static_cast<int64_t>(c) * E * N + p.n0 + i] : 0.f;
+            for (int i = 0; i < NS; ++i) h[i] = (kFull || p.n0 + i < N) ? ck[static_cast<int64_t>(c) * E * N + p.n0 + i] : 0.f;
             for (int t = ta; t < tb; ++t) {
                 if ((t - ta) % SUB == 0) {
                     float* dst = sub + static_cast<int64_t>((t - ta) / SUB) * NS * kThreads + tid;
@@ -228,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     const float* Bt = s.bc + r * s.ldbc;
 #pragma unroll
                     for (int i = 0; i < NS; ++i)
-                        hs[q + 1][i] = p.n0 + i < N ? scanUpdate(hs[q][i], a2[i], dl[q], du, Bt[p.n0 + i]) : 0.f;
+                        hs[q + 1][i] = (kFull || p.n0 + i < N) ? scanUpdate(hs[q][i], a2[i], dl[q], du, Bt[p.n0 + i]) : 0.f;
                 }
             }
 #pragma unroll
@@ -245,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 float yacc = 0.f;
 #pragma unroll
                 for (int i = 0; i < NS; ++i)
-                    if (p.n0 + i < N) yacc = fmaf(hs[q + 1][i], Ct[p.n0 + i], yacc);
-                yacc = groupSum(yacc, L.S);
+                    if ((kFull || p.n0 + i < N)) yacc = fmaf(hs[q + 1][i], Ct[p.n0 + i], yacc);
+                yacc = groupSum(yacc, S);
                 const float yv = dskip * u + yacc;
                 const float sz = sigmoidf(z);
                 const float dy = dout * (z * sz);
@@ -259,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 for (int i = 0; i < NS; ++i) {
                     vB[i] = 0.f;
                     vC[i] = 0.f;
-                    if (p.n0 + i < N) {
+                    if ((kFull || p.n0 + i < N)) {
                         const float bn = Bt[p.n0 + i], cn = Ct[p.n0 + i];
                         const float gn = G[i] + dy * cn;  // ∂L/∂h_t
                         vC[i] = dy * hs[q + 1][i];
@@ -272,8 +294,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                         G[i] = gn * e;  // carried to h_{t−1}
                     }
                 }
-                sGB = groupSum(sGB, L.S);
-                sDelta = groupSum(sDelta, L.S);
+                sGB = groupSum(sGB, S);
+                sDelta = groupSum(sDelta, S);
                 if (p.active && p.lane == 0) {
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
                     const float sp = dtr > 20.f ? 1.f : sigmoidf(dtr);  // softplus'
@@ -281,24 +303,40 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     s.dz[r * s.lddz + p.d] = dz;
                 }
                 // dB_t, dC_t: this block's channels, in a fixed order
+                if (!p.active) {
 #pragma unroll
-                for (int i = 0; i < NS; ++i) {
-                    if (!p.active) {
-                        vB[i] = 0.f;
-                        vC[i] = 0.f;
-                    }
-                    for (int off = L.S; off < 32; off <<= 1) {
-                        vB[i] += __shfl_xor_sync(0xffffffffu, vB[i], off);
-                        vC[i] += __shfl_xor_sync(0xffffffffu, vC[i], off);
-                    }
+                    for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
                 }
                 float* rb = red + ((parity * SUB + q) * kWarps + warp) * 2 * N;
-                if (wl < L.S) {  // the warp's first channel holds the warp's sums
+                if constexpr (kFull) {
+                    // reduce-scatter over the warp's channels: the same pairwise tree as the butterfly below
+                    // (same operands, so the same bits), with 2·NS − 1 shuffles instead of 2·NS per level
+                    float v[2 * NS];
 #pragma unroll
                     for (int i = 0; i < NS; ++i) {
-                        if (p.n0 + i < N) {
-                            rb[p.n0 + i] = vB[i];
-                            rb[N + p.n0 + i] = vC[i];
+                        v[i] = vB[i];
+                        v[NS + i] = vC[i];
+                    }
+                    foldHalf<NS>(v, S, wl);
+                    foldHalf<NS / 2>(v, 2 * S, wl);
+                    foldHalf<NS / 4>(v, 4 * S, wl);
+                    const int j = ((wl & S) ? NS : 0) + ((wl & (2 * S)) ? NS / 2 : 0) + ((wl & (4 * S)) ? NS / 4 : 0);
+                    rb[(j < NS ? 0 : N) + p.n0 + j % NS] = v[0];
+                } else {
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) {
+                        for (int off = S; off < 32; off <<= 1) {
+                            vB[i] += __shfl_xor_sync(0xffffffffu, vB[i], off);
+                            vC[i] += __shfl_xor_sync(0xffffffffu, vC[i], off);
+                        }
+                    }
+                    if (wl < S) {  // the warp's first channel holds the warp's sums
+#pragma unroll
+                        for (int i = 0; i < NS; ++i) {
+                            if (p.n0 + i < N) {
+                                rb[p.n0 + i] = vB[i];
+                                rb[N + p.n0 + i] = vC[i];
+                            }
                         }
                     }
                 }
@@ -319,12 +357,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     if (s.dh_start && p.grp == 0) {  // past step 0 the carry is ∂L/∂(the starting h)
 #pragma unroll
         for (int i = 0; i < NS; ++i)
-            if (p.n0 + i < N) s.dh_start[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] = G[i];
+            if ((kFull || p.n0 + i < N)) s.dh_start[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] = G[i];
     }
     float* pa = o.pda + groupIndex(o, p.b, p.grp, E, p.d, N);
 #pragma unroll
     for (int i = 0; i < NS; ++i)
-        if (p.n0 + i < N) pa[p.n0 + i] = gA[i];
+        if ((kFull || p.n0 + i < N)) pa[p.n0 + i] = gA[i];
     if (p.lane == 0) o.pdd[(static_cast<int64_t>(p.b) * o.groups + p.grp) * E + p.d] = gD;
 }
 
@@ -396,7 +434,10 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const Layout L = layoutFor(N, s.batch, E);
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     const bool narrow = statesPerLane(N) == 4;
-    const auto kernel = narrow ? scanBackwardKernel<4, 4> : scanBackwardKernel<8, 4>;
+    // d_state 16 (every Mamba-1 checkpoint): 4 lanes of 4 states, the compile-time layout
+    const auto kernel = narrow && N == 16 ? scanBackwardKernel<4, 4, 4>
+                        : narrow          ? scanBackwardKernel<4, 4, 0>
+                                          : scanBackwardKernel<8, 4, 0>;
     const size_t smem = backwardSmem(s.chunk, narrow ? 4 : 8, 4, N, L.per_block);
     const int optin = ex.smem_optin;
     if (smem > static_cast<size_t>(optin))
