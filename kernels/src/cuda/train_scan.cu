@@ -39,10 +39,11 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-// Blocks per SM the backward kernel is compiled for: NS = 4 (d_state ≤ 128) fits 96 registers with SUB = 4
-// (5 blocks, 20 warps; 168 registers and 3 blocks with SUB = 8 ran 1.4× slower on the H200).
+// Blocks per SM the backward kernel is compiled for. NS = 4 (d_state ≤ 128): 4 blocks = 128 registers, which the
+// phase-1 loads of SUB steps at once need without spilling (H200, 130m B 8 × T 1,024: 1,594 µs; 5 blocks at 96
+// registers spilled and took 1,868 µs; without the phase-1 batching 1,642 µs at 96 and 1,769 µs at 128).
 template <int NS>
-constexpr int kBackwardMinBlocks = NS == 4 ? 5 : 3;
+constexpr int kBackwardMinBlocks = NS == 4 ? 4 : 2;
 
 // 1/y correctly rounded is one MUFU reciprocal plus a fix-up; the same bits as the IEEE division 1.f / y.
 __device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.f + expf(-x)); }
@@ -65,6 +66,24 @@ __device__ __forceinline__ void foldHalf(float* v, int off, int wl) {
         const float send = upper ? v[k] : v[k + H];
         const float keep = upper ? v[k + H] : v[k];
         v[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    }
+}
+
+/** A lane's NS consecutive values at p (p + i for the states that exist; one 16-byte load each 4 when VEC). */
+template <int NS, bool VEC>
+__device__ __forceinline__ void loadLane(const float* p, float (&v)[NS], int n0, int N) {
+    if constexpr (VEC) {
+#pragma unroll
+        for (int i = 0; i < NS; i += 4) {
+            const float4 q = *reinterpret_cast<const float4*>(p + i);
+            v[i] = q.x;
+            v[i + 1] = q.y;
+            v[i + 2] = q.z;
+            v[i + 3] = q.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; ++i) v[i] = n0 + i < N ? p[i] : 0.f;
     }
 }
 
@@ -125,18 +144,36 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
     }
     const int ta = p.grp * o.per_group * K, tb = min(T, ta + o.per_group * K);
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
-    for (int t = tb - 1; t >= ta; --t) {
-        const int64_t r = row0 + t;
-        const float delta = softplusf(s.dt[r * E + p.d]);
-        const float z = s.z[r * s.ldz + p.d];
-        const float dy = s.dout[r * E + p.d] * (z * sigmoidf(z));  // as the main kernel computes it
-        const float* Ct = s.bc + r * s.ldbc + N;
+    // backwards in blocks of 4 steps, each block's loads issued before its dependent updates
+    constexpr int U = 4;
+    for (int t1 = tb; t1 > ta; t1 -= U) {
+        const int cnt = min(U, t1 - ta);
+        float dtv[U], zv[U], ov[U], cv[U][NS];
 #pragma unroll
-        for (int i = 0; i < NS; ++i) {
-            if (p.n0 + i < N) {
-                const float e = scanDecay(delta, a2[i]);
-                G[i] = (G[i] + dy * Ct[p.n0 + i]) * e;
-                P[i] *= e;
+        for (int q = 0; q < U; ++q) {
+            if (q < cnt) {
+                const int64_t r = row0 + t1 - 1 - q;
+                dtv[q] = s.dt[r * E + p.d];
+                zv[q] = s.z[r * s.ldz + p.d];
+                ov[q] = s.dout[r * E + p.d];
+#pragma unroll
+                for (int i = 0; i < NS; ++i) cv[q][i] = p.n0 + i < N ? s.bc[r * s.ldbc + N + p.n0 + i] : 0.f;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < U; ++q) {
+            if (q < cnt) {
+                const float delta = softplusf(dtv[q]);
+                const float z = zv[q];
+                const float dy = ov[q] * (z * sigmoidf(z));  // as the main kernel computes it
+#pragma unroll
+                for (int i = 0; i < NS; ++i) {
+                    if (p.n0 + i < N) {
+                        const float e = scanDecay(delta, a2[i]);
+                        G[i] = (G[i] + dy * cv[q][i]) * e;
+                        P[i] *= e;
+                    }
+                }
             }
         }
     }
@@ -171,7 +208,8 @@ __global__ void carryCombineKernel(ScanBackwardArgs s, BackwardOut o) {
 
 // S_FIXED > 0: the lanes per channel known at compile time, every lane's NS states real (N == NS·S_FIXED):
 // shuffle trees unrolled, no per-state bounds checks. S_FIXED = 0: any d_state (the layout's S at run time).
-template <int NS, int SUB, int S_FIXED>
+// VEC: a lane's B_t and C_t values are read as one 16-byte load each (bc and ldbc 16-byte aligned, S_FIXED > 0).
+template <int NS, int SUB, int S_FIXED, bool VEC>
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
     extern __shared__ float smem[];
@@ -216,17 +254,37 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
             float h[NS];
 #pragma unroll
             for (int i = 0; i < NS; ++i) h[i] = (kFull || p.n0 + i < N) ? ck[static_cast<int64_t>(c) * E * N + p.n0 + i] : 0.f;
-            for (int t = ta; t < tb; ++t) {
-                if ((t - ta) % SUB == 0) {
-                    float* dst = sub + static_cast<int64_t>((t - ta) / SUB) * NS * kThreads + tid;
+            // SUB steps at a time, all their loads issued before the dependent state updates; pointers advanced by
+            // SUB rows (64-bit index products once per chunk)
+            const float* dtp = s.dt + (row0 + ta) * E + p.d;
+            const float* up = s.u + (row0 + ta) * E + p.d;
+            const float* bp = s.bc + (row0 + ta) * s.ldbc + p.n0;
+            const int ldbc = static_cast<int>(s.ldbc);
+            for (int t0 = ta; t0 < tb; t0 += SUB, dtp += SUB * E, up += SUB * E, bp += SUB * ldbc) {
+                const int cnt = min(SUB, tb - t0);
+                float* dst = sub + static_cast<int64_t>((t0 - ta) / SUB) * NS * kThreads + tid;
 #pragma unroll
-                    for (int i = 0; i < NS; ++i) dst[i * kThreads] = h[i];
+                for (int i = 0; i < NS; ++i) dst[i * kThreads] = h[i];
+                float dtv[SUB], uv[SUB], bv[SUB][NS];
+#pragma unroll
+                for (int q = 0; q < SUB; ++q) {
+                    if (q < cnt) {
+                        dtv[q] = dtp[q * E];
+                        uv[q] = up[q * E];
+                        loadLane<NS, VEC>(bp + q * ldbc, bv[q], p.n0, N);
+                    }
                 }
-                const int64_t r = row0 + t;
-                const float delta = softplusf(s.dt[r * E + p.d]);
-                if (p.lane == 0) dcache[(t - ta) * L.per_block + ch_local] = delta;
-                const float du = delta * s.u[r * E + p.d];
-                scanStep<NS>(h, a2, delta, du, s.bc + r * s.ldbc, p.n0, N);
+#pragma unroll
+                for (int q = 0; q < SUB; ++q) {
+                    if (q < cnt) {
+                        const float delta = softplusf(dtv[q]);
+                        if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
+                        const float du = delta * uv[q];
+#pragma unroll
+                        for (int i = 0; i < NS; ++i)
+                            if (kFull || p.n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[q][i]);
+                    }
+                }
             }
         }
         __syncwarp();  // a channel's lanes share a warp: lane 0's Δ are visible to the others from here
@@ -234,7 +292,15 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
         const int nsub = (tb - ta + SUB - 1) / SUB;
         for (int j = nsub - 1; j >= 0; --j) {
             const int s0 = ta + j * SUB, cnt = min(SUB, tb - s0);
-            float hs[SUB + 1][NS], dl[SUB], uu[SUB];
+            float hs[SUB + 1][NS], dl[SUB], uu[SUB];  // states, Δ, u
+            // the sub-chunk's rows: step q of a [R, ld] array is base[q·ld] (32-bit offsets from 64-bit bases)
+            const int64_t rs = row0 + s0;
+            const float* dtp = s.dt + rs * E + p.d;
+            const float* up = s.u + rs * E + p.d;
+            const float* doutp = s.dout + rs * E + p.d;
+            const float* zp = s.z + rs * s.ldz + p.d;
+            const float* bp = s.bc + rs * s.ldbc + p.n0;
+            const int ldbc = static_cast<int>(s.ldbc), ldz = static_cast<int>(s.ldz);
             {
                 const float* src = sub + static_cast<int64_t>(j) * NS * kThreads + tid;
 #pragma unroll
@@ -243,31 +309,31 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 #pragma unroll
             for (int q = 0; q < SUB; ++q) {
                 if (q < cnt) {
-                    const int64_t r = row0 + s0 + q;
                     dl[q] = dcache[(s0 - ta + q) * L.per_block + ch_local];
-                    uu[q] = s.u[r * E + p.d];
+                    uu[q] = up[q * E];
                     const float du = dl[q] * uu[q];
-                    const float* Bt = s.bc + r * s.ldbc;
+                    float bv[NS];
+                    loadLane<NS, VEC>(bp + q * ldbc, bv, p.n0, N);
 #pragma unroll
                     for (int i = 0; i < NS; ++i)
-                        hs[q + 1][i] = (kFull || p.n0 + i < N) ? scanUpdate(hs[q][i], a2[i], dl[q], du, Bt[p.n0 + i]) : 0.f;
+                        hs[q + 1][i] = (kFull || p.n0 + i < N) ? scanUpdate(hs[q][i], a2[i], dl[q], du, bv[i]) : 0.f;
                 }
             }
 #pragma unroll
             for (int q = SUB - 1; q >= 0; --q) {
                 if (q >= cnt) continue;
-                const int64_t r = row0 + s0 + q;
                 const float delta = dl[q], u = uu[q];
-                const float* Bt = s.bc + r * s.ldbc;
-                const float* Ct = Bt + N;
-                const float dout = s.dout[r * E + p.d];
-                const float z = s.z[r * s.ldz + p.d];
-                const float dtr = s.dt[r * E + p.d];
+                float bv[NS], cv[NS];
+                loadLane<NS, VEC>(bp + q * ldbc, bv, p.n0, N);
+                loadLane<NS, VEC>(bp + q * ldbc + N, cv, p.n0, N);
+                const float dout = doutp[q * E];
+                const float z = zp[q * ldz];
+                const float dtr = dtp[q * E];
                 // y = Σ_n h·C + D·u, then the gate
                 float yacc = 0.f;
 #pragma unroll
                 for (int i = 0; i < NS; ++i)
-                    if ((kFull || p.n0 + i < N)) yacc = fmaf(hs[q + 1][i], Ct[p.n0 + i], yacc);
+                    if ((kFull || p.n0 + i < N)) yacc = fmaf(hs[q + 1][i], cv[i], yacc);
                 yacc = groupSum(yacc, S);
                 const float yv = dskip * u + yacc;
                 const float sz = sigmoidf(z);
@@ -282,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     vB[i] = 0.f;
                     vC[i] = 0.f;
                     if ((kFull || p.n0 + i < N)) {
-                        const float bn = Bt[p.n0 + i], cn = Ct[p.n0 + i];
+                        const float bn = bv[i], cn = cv[i];
                         const float gn = G[i] + dy * cn;  // ∂L/∂h_t
                         vC[i] = dy * hs[q + 1][i];
                         vB[i] = gn * du;
@@ -297,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 sGB = groupSum(sGB, S);
                 sDelta = groupSum(sDelta, S);
                 if (p.active && p.lane == 0) {
+                    const int64_t r = rs + q;
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
                     const float sp = dtr > 20.f ? 1.f : sigmoidf(dtr);  // softplus'
                     s.ddt[r * E + p.d] = sDelta * sp;
@@ -430,14 +497,19 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     if (s.batch <= 0 || s.steps <= 0 || s.channels <= 0) return;
     checkShape(s.d_state, "selectiveScanBackward");
     if (s.chunk < 1) throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " < 1");
+    // the kernel steps through a sub-chunk's rows with 32-bit offsets (SUB · stride)
+    if (s.channels > (1 << 28) || s.ldbc > (1 << 28) || s.ldz > (1 << 28))
+        throw std::invalid_argument("selectiveScanBackward: row strides past 2^28 floats are not supported");
     const int N = s.d_state, E = s.channels;
     const Layout L = layoutFor(N, s.batch, E);
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     const bool narrow = statesPerLane(N) == 4;
-    // d_state 16 (every Mamba-1 checkpoint): 4 lanes of 4 states, the compile-time layout
-    const auto kernel = narrow && N == 16 ? scanBackwardKernel<4, 4, 4>
-                        : narrow          ? scanBackwardKernel<4, 4, 0>
-                                          : scanBackwardKernel<8, 4, 0>;
+    // d_state 16 (every Mamba-1 checkpoint): 4 lanes of 4 states, the compile-time layout, 16-byte B/C loads
+    // when the rows allow them
+    const bool vec = reinterpret_cast<uintptr_t>(s.bc) % 16 == 0 && s.ldbc % 4 == 0;
+    const auto kernel = narrow && N == 16 ? (vec ? scanBackwardKernel<4, 4, 4, true> : scanBackwardKernel<4, 4, 4, false>)
+                        : narrow          ? scanBackwardKernel<4, 4, 0, false>
+                                          : scanBackwardKernel<8, 4, 0, false>;
     const size_t smem = backwardSmem(s.chunk, narrow ? 4 : 8, 4, N, L.per_block);
     const int optin = ex.smem_optin;
     if (smem > static_cast<size_t>(optin))

@@ -729,11 +729,14 @@ struct ScanSetup {
     ref::ScanProblem prob;       // the same inputs in double (dt from the double-precision projection)
 };
 
-ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, int dtype, bool bigDt = false) {
+// x_dbl rows: [δ (rank) | B | C] then padding. Unprojected setups pad by ldxPad: 3 (odd strides, the scalar paths) by
+// default, 4 for the 16-byte-aligned rows of real models (rank a multiple of 4, even N: the vector loads).
+ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, int dtype, bool bigDt = false,
+                    int ldxPad = 3) {
     ScanSetup s{};
     s.B = B, s.T = T, s.C = C, s.N = N, s.proj = proj, s.rank = proj ? 6 : 0;
     const int64_t R = static_cast<int64_t>(B) * T;
-    s.ldx = proj ? s.rank + 2 * N : 2 * N + 3;
+    s.ldx = proj ? s.rank + 2 * N : 2 * N + ldxPad;
     s.ldz = 2 * C;
     s.hstride = static_cast<int64_t>(C) * N + 5;
     s.xdbl = padded(rng, R, s.ldx, proj ? s.rank + 2 * N : 2 * N, -1, 1);
@@ -953,11 +956,12 @@ Prepared scanSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int N) {
     return p;
 }
 
-Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk, bool bigDt = false) {
+Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk, bool bigDt = false,
+                          bool alignedRows = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32, bigDt);
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32, bigDt, alignedRows ? 4 : 3);
     const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
     const int64_t lddbc = 2 * N + 3, lddz = C + 5;
     const ref::ScanResult fwd = ref::selectiveScan(s.prob);
@@ -1626,13 +1630,16 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 12, 20, 4, 4); });
     add("selectiveScanBackward.carry", "B=2 T=6 C=72 N=16 ckpt/4 dh_end+dh_start", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 6, 72, 16, 4); });
+    // B and C rows 16-byte aligned like a model's x_proj output (the vector-load path); small then the 130m shapes
+    add("selectiveScanBackward", "B=2 T=67 C=72 N=16 ckpt/16 aligned rows", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 67, 72, 16, 16, false, true); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
-        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64); });
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64, false, true); });
     // the 130m training shape at B 8 × T 1024 (chunk-parallel forward and backward: 16 chunks, 8 groups)
     add("selectiveScan", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1024, 1536, 16, false, 64, DTYPE_F32); });
     add("selectiveScanBackward", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
-        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 1024, 1536, 16, 64); });
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 1024, 1536, 16, 64, false, true); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})
