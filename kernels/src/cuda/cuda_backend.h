@@ -129,6 +129,13 @@ private:
     void gemmForward(const Exec& e, const Gemm& g);
     void gemmBackwardData(const Exec& e, const Gemm& g);
     void gemmWeightGrad(const Exec& e, const Gemm& g);
+    /**
+     * y[r] = W'·x[r] + beta·y[r] for 2-byte W (opW: kCublasOpT forward, kCublasOpN input gradient; m outputs,
+     * k inputs per row): x's rows packed to W's type in the workspace a chunk at a time, cublasGemmEx with f32
+     * accumulation. The chunk size depends on k and the workspace alone.
+     */
+    void packedRowsGemm(const Exec& e, int opW, int m, int k, const void* w, int ldw, int dtype, const float* x,
+                        int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy, void* packed, const char* what);
     // the fusion decisions (the lock is held)
     bool fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const;
     bool fuseDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck, const ScanPlan& plan) const;

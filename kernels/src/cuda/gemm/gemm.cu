@@ -166,15 +166,24 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     // bf16/f16 weights: cublasGemmEx needs both operands in 16 bits, so the activations are packed to the
     // weight type in the fixed workspace (chunks of rows); products accumulate in f32 into f32 y.
     setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
-    const cudaDataType type = w.dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    packedRowsGemm(e, kCublasOpT, m, k, w.lowp, k, w.dtype, g.a, g.lda, g.rows, beta, g.c, g.ldc, packed, "cublasGemmEx");
+}
+
+void CudaBackend::packedRowsGemm(const Exec& e, int opW, int m, int k, const void* w, int ldw, int dtype,
+                                 const float* x, int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy,
+                                 void* packed, const char* what) {
+    const CublasApi& api = cublas();
+    const cublasHandle h = blas();
+    const float one = 1.f;
+    const cudaDataType type = dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(k, 1));
-    for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
-        const int64_t n = std::min(chunk, g.rows - r0);
-        rowsToLowp(e, g.a + r0 * g.lda, g.lda, n, k, packed, w.dtype);
-        checkCublas(api.gemmEx(h, kCublasOpT, kCublasOpN, m, static_cast<int>(n), k, &one, w.lowp, type, k, packed,
-                               type, k, &beta, g.c + r0 * g.ldc, CUDA_R_32F, ldy, kCublasCompute32F,
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, rows - r0);
+        rowsToLowp(e, x + r0 * ldx, ldx, n, k, packed, dtype);
+        checkCublas(api.gemmEx(h, opW, kCublasOpN, m, static_cast<int>(n), k, &one, w, type, ldw, packed, type, k,
+                               &beta, y + r0 * ldy, CUDA_R_32F, static_cast<int>(ldy), kCublasCompute32F,
                                kCublasGemmDefault),
-                    "cublasGemmEx");
+                    what);
     }
 }
 
@@ -210,16 +219,8 @@ void CudaBackend::gemmBackwardData(const Exec& e, const Gemm& g) {
     // dxᶜ(in×n) = Wᶜ(in×out, 2-byte) · dyᶜ(out×n, packed): a chunk of rows at a time.
     void* packed = lowpWorkspace();
     setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
-    const cudaDataType type = lowpType(w.dtype);
-    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(w.out, 1));
-    for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
-        const int64_t n = std::min(chunk, g.rows - r0);
-        rowsToLowp(e, g.a + r0 * g.lda, g.lda, n, w.out, packed, w.dtype);
-        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, w.in, static_cast<int>(n), w.out, &one, w.lowp, type, w.in,
-                               packed, type, w.out, &beta, g.c + r0 * g.ldc, CUDA_R_32F, lddx, kCublasCompute32F,
-                               kCublasGemmDefault),
-                    "cublasGemmEx (input gradient)");
-    }
+    packedRowsGemm(e, kCublasOpN, w.in, w.out, w.lowp, w.in, w.dtype, g.a, g.lda, g.rows, beta, g.c, g.ldc, packed,
+                   "cublasGemmEx (input gradient)");
 }
 
 void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
