@@ -43,14 +43,14 @@ public final class GpuTrainBench {
     };
 
     public static void main(String[] args) {
-        Device device = Device.cuda(0);
+        boolean cpu = false;
         String only = null;
         List<DType> dtypes = new ArrayList<>();
         int steps = 20, warmup = 3;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
-                case "cpu" -> device = Device.cpu();
-                case "cuda" -> device = Device.cuda(0);
+                case "cpu" -> cpu = true;
+                case "cuda" -> cpu = false;
                 case "--only" -> only = args[++i];
                 case "--dtype" -> dtypes.add(DType.valueOf(args[++i].toUpperCase(Locale.ROOT)));
                 case "--steps" -> steps = Integer.parseInt(args[++i]);
@@ -58,6 +58,7 @@ public final class GpuTrainBench {
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
+        Device device = cpu ? Device.cpu() : Device.cuda(0);  // after the arguments: "cpu" needs no CUDA device
         if (dtypes.isEmpty()) dtypes = device.isCpu() ? List.of(DType.F32) : List.of(DType.F32, DType.BF16);
         System.out.printf("| model | dtype | B × T | params | ms / step (median of %d) | tokens/s | MFU |%n", steps);
         System.out.println("|---|---|---|---:|---:|---:|---:|");
