@@ -5,7 +5,8 @@
 #   bash cppbuild.sh install -platform=linux-x86_64 -prefix=DIR -openblas=DIR [-cuda=auto|on|off]
 #
 # Incremental: does nothing when the installed library is newer than every source and the flags
-# did not change. CUDA: "auto" (default) builds the kernels if nvcc is found (CUDA_HOME, /usr/local/cuda
+# did not change; otherwise recompiles only the objects whose source or included headers changed (objects and
+# their compiler-written dependency lists are kept in PREFIX/obj, dropped when the flags change). CUDA: "auto" (default) builds the kernels if nvcc is found (CUDA_HOME, /usr/local/cuda
 # or PATH) and prints a line saying so otherwise; the library then answers "no CUDA device".
 #
 # Sanitizers: MAMBA_SANITIZE=address,undefined (any -fsanitize= list) builds a CPU-only, instrumented library and
@@ -65,8 +66,13 @@ if [ -f "$LIB" ] && [ -x "$PREFIX/bin/op_test" ] && [ -f "$PREFIX/.flags" ] && [
 fi
 
 mkdir -p "$PREFIX/lib" "$PREFIX/include" "$PREFIX/linkonly"
-# A private object folder and an atomic rename of the library: two builds at once cannot clobber each other.
-OBJ=$(mktemp -d "$PREFIX/obj.XXXXXX"); trap 'rm -rf "$OBJ"' EXIT
+# One build at a time per prefix (they share the object folder); the library and the op test are renamed into place.
+exec 9> "$PREFIX/.build.lock"
+flock 9
+OBJ=$PREFIX/obj
+if [ ! -f "$OBJ/.flags" ] || [ "$(cat "$OBJ/.flags")" != "$STAMP" ]; then rm -rf "$OBJ"; fi
+mkdir -p "$OBJ/optest"
+echo "$STAMP" > "$OBJ/.flags"
 CPP_SOURCES=$(find "$SRC/src/core" "$SRC/src/ops" "$SRC/src/arch" "$SRC/src/runtime" "$SRC/src/api" "$SRC/src/cpu" \
   -name '*.cpp' | sort)
 if [ -n "$NVCC" ]; then
@@ -81,25 +87,38 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 START=$(date +%s)
 N_CPP=$(printf '%s\n' $CPP_SOURCES | grep -c . || true); N_CU=$(printf '%s\n' $CU_SOURCES | grep -c . || true)
 echo "cppbuild.sh: compiling libmamba: $N_CPP C++ files${NVCC:+ and $N_CU CUDA files (nvcc, the slow part)} on $JOBS cores"
+objectOf() { echo "$OBJ/$(echo "${1#$SRC/src/}" | tr / _).o"; }
+# An object is current when it is newer than its source and than every file its dependency list names.
+current() {  # current OBJECT
+  local o=$1 f
+  [ -f "$o" ] && [ -f "$o.d" ] || return 1
+  for f in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$o.d"); do [ -e "$f" ] && [ ! "$f" -nt "$o" ] || return 1; done
+  return 0
+}
 compile() {  # compile SOURCE
-  local s=$1 o="$OBJ/$(echo "${1#$SRC/src/}" | tr / _).o"
+  local s=$1 o
+  o=$(objectOf "$1")
+  current "$o" && return 0
   echo "cppbuild.sh:   ${1#$SRC/src/}"
   case $s in
-    *_sm90a.cu) "$NVCC" $NVFLAGS_SM90A -I"$SRC/include" -I"$SRC/src" -c "$s" -o "$o" ;;
-    *.cu|*/cuda/*.cpp) "$NVCC" $NVFLAGS -I"$SRC/include" -I"$SRC/src" -c "$s" -o "$o" ;;
-    *) g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$OPENBLAS/include" -c "$s" -o "$o" ;;
+    *_sm90a.cu) "$NVCC" $NVFLAGS_SM90A -I"$SRC/include" -I"$SRC/src" -MD -MF "$o.d.tmp" -c "$s" -o "$o.tmp" ;;
+    *.cu|*/cuda/*.cpp) "$NVCC" $NVFLAGS -I"$SRC/include" -I"$SRC/src" -MD -MF "$o.d.tmp" -c "$s" -o "$o.tmp" ;;
+    *) g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$OPENBLAS/include" -MMD -MF "$o.d.tmp" -c "$s" -o "$o.tmp" ;;
   esac
+  mv -f "$o.d.tmp" "$o.d" && mv -f "$o.tmp" "$o"
 }
-export -f compile; export NVCC NVFLAGS NVFLAGS_SM90A CXXFLAGS SRC OBJ OPENBLAS
+export -f objectOf current compile; export NVCC NVFLAGS NVFLAGS_SM90A CXXFLAGS SRC OBJ OPENBLAS
 printf '%s\n' $CPP_SOURCES $CU_SOURCES | xargs -P "$JOBS" -I{} bash -c 'compile {}'
+# Only the current sources' objects are linked (an object left by a deleted source is not).
+OBJS=$(for s in $CPP_SOURCES $CU_SOURCES; do objectOf "$s"; done)
 
 LIBS="-L$OPENBLAS -l:libopenblas.so.0 -lpthread -ldl"
 if [ -n "$NVCC" ]; then
   # Static cudart: at load time the library needs only libc/libstdc++; libcuda.so.1 when CUDA is first used.
   "$NVCC" -shared -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-    -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Xlinker -soname=libmamba.so -Xlinker --no-undefined
+    -o "$OBJ/libmamba.so" $OBJS $LIBS -Xlinker -soname=libmamba.so -Xlinker --no-undefined
 else
-  g++ -shared $SANFLAGS -o "$OBJ/libmamba.so" "$OBJ"/*.o $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
+  g++ -shared $SANFLAGS -o "$OBJ/libmamba.so" $OBJS $LIBS -Wl,-soname,libmamba.so -Wl,--no-undefined
 fi
 mv -f "$OBJ/libmamba.so" "$LIB"
 echo "cppbuild.sh: linked $LIB; compiling the op test (kernels/test/ops)"
@@ -107,14 +126,22 @@ echo "cppbuild.sh: linked $LIB; compiling the op test (kernels/test/ops)"
 # The backend-ops test (kernels/test/ops, run by Maven's test phase): linked from the library's objects, not
 # the .so, whose -fvisibility=hidden keeps the backends' symbols out of reach; OpenBLAS found by rpath.
 mkdir -p "$OBJ/optest" "$PREFIX/bin"
-compile_optest() { g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$SRC/test/ops" -I"$OPENBLAS/include" -c "$1" -o "$OBJ/optest/$(basename "$1" .cpp).o"; }
+compile_optest() {
+  local o
+  o="$OBJ/optest/$(basename "$1" .cpp).o"
+  current "$o" && return 0
+  g++ $CXXFLAGS -I"$SRC/include" -I"$SRC/src" -I"$SRC/test/ops" -I"$OPENBLAS/include" -MMD -MF "$o.d.tmp" -c "$1" -o "$o.tmp"
+  mv -f "$o.d.tmp" "$o.d" && mv -f "$o.tmp" "$o"
+}
 export -f compile_optest
-find "$SRC/test/ops" -name '*.cpp' ! -name ref_stubs.cpp | sort | xargs -P "$JOBS" -I{} bash -c 'compile_optest {}'
+OPTEST_SOURCES=$(find "$SRC/test/ops" -name '*.cpp' ! -name ref_stubs.cpp | sort)
+printf '%s\n' $OPTEST_SOURCES | xargs -P "$JOBS" -I{} bash -c 'compile_optest {}'
+OPTEST_OBJS=$(for s in $OPTEST_SOURCES; do echo "$OBJ/optest/$(basename "$s" .cpp).o"; done)
 if [ -n "$NVCC" ]; then
   "$NVCC" -cudart static -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-    -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Xlinker -rpath="$OPENBLAS"
+    -o "$OBJ/op_test" $OBJS $OPTEST_OBJS $LIBS -Xlinker -rpath="$OPENBLAS"
 else
-  g++ $SANFLAGS -o "$OBJ/op_test" "$OBJ"/*.o "$OBJ"/optest/*.o $LIBS -Wl,-rpath,"$OPENBLAS"
+  g++ $SANFLAGS -o "$OBJ/op_test" $OBJS $OPTEST_OBJS $LIBS -Wl,-rpath,"$OPENBLAS"
 fi
 mv -f "$OBJ/op_test" "$PREFIX/bin/op_test"
 cp -r "$SRC/include/mamba" "$PREFIX/include/"
