@@ -3,7 +3,8 @@
 # limit together: no Jazzer and no fuzz targets (fuzzing runs here, never there), only the cudart/cuBLAS JNI libraries
 # of bytedeco's CUDA jar, a jlink'd runtime without jlink's own compression and without the JVM's symbol table (with
 # java.net.http and jdk.httpserver for the sample server's load test), the whole packed with xz.
-#   usage: scripts/device-bundle.sh MODULE...     writes .device/bundle.txz and .device/run.sh (same use as before)
+#   usage: scripts/device-bundle.sh MODULE...     writes .device/bundle.txz, .device/run.sh (same use as before) and,
+#   when the build made one, .device/op_test.xz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JH=${JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}
@@ -33,4 +34,10 @@ fi
 exec sh "$U/launch.sh" "$@"
 EOS
 chmod +x .device/run.sh
-echo "bundle: $(du -h .device/bundle.txz | cut -f1) in .device (device carry limit: 64 MiB for everything carried)"
+# The op test of the same build (scripts/device-optest.sh unpacks it on the device), stripped and packed.
+OPTEST=presets/cppbuild/linux-x86_64/bin/op_test
+if [ -x "$OPTEST" ]; then
+  strip -o "$T/op_test" "$OPTEST" && xz -T0 -9e -c "$T/op_test" > .device/op_test.xz
+fi
+echo "bundle: $(du -h .device/bundle.txz | cut -f1)${OPTEST:+, op test $(du -h .device/op_test.xz 2>/dev/null | cut -f1)} in .device" \
+  "($(du -cb .device/bundle.txz .device/op_test.xz 2>/dev/null | tail -1 | cut -f1) bytes; the device carries at most 64 MiB in all)"

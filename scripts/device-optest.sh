@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sourced by the device scripts: unpacks the op test carried as .device/op_test.xz (built here with CUDA:
+# Sourced by the device scripts: unpacks the op test carried as .device/op_test.xz (scripts/device-bundle.sh packs
+# the one the build made; by hand:
 #   xz -T0 -c presets/cppbuild/linux-x86_64/bin/op_test > .device/op_test.xz) to $OPTEST and puts the OpenBLAS it
 # links (taken from the bundle's OpenBLAS jar) on LD_LIBRARY_PATH. Run from the repo root on the device machine.
 OPTEST=/tmp/op_test

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call that checks and times everything GPU-side (run on the H200 machine, from the repo root,
-# after `mvn -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm benchmarks samples` here, and the op test as
+# after `mvn -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm benchmarks samples` here, which also packs the op test as
 # device-optest.sh says; bundle ≈ 56 MB + op test ≈ 6.4 MB + the tree ≈ 3.3 MB fit one 64 MiB carry):
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
