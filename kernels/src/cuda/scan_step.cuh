@@ -49,4 +49,16 @@ __device__ __forceinline__ float scanStepOutput(float (&h)[NS], const float (&a2
     return acc;
 }
 
+/** Row, channel and state of a flat index over [batch][channels][d_state] (one thread per state element). */
+struct StateIndex {
+    int b, d, n;
+};
+__device__ __forceinline__ StateIndex stateIndex(int64_t i, int N, int E) {
+    StateIndex x;
+    x.n = static_cast<int>(i % N);
+    x.d = static_cast<int>((i / N) % E);
+    x.b = static_cast<int>(i / (static_cast<int64_t>(N) * E));
+    return x;
+}
+
 }  // namespace mamba::cuda

@@ -199,9 +199,7 @@ __global__ void scanCombineKernel(ScanKernelArgs k) {
     const int N = s.d_state, E = s.channels;
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= static_cast<int64_t>(s.batch) * E * N) return;
-    const int n = static_cast<int>(i % N);
-    const int d = static_cast<int>((i / N) % E);
-    const int b = static_cast<int>(i / (static_cast<int64_t>(N) * E));
+    const auto [b, d, n] = stateIndex(i, N, E);
     float* hp = s.h + b * s.h_stride + static_cast<int64_t>(d) * N + n;
     const float a2 = s.a[static_cast<int64_t>(d) * N + n] * kLog2e;
     float H = *hp;

@@ -1,6 +1,6 @@
-// Backward of the selective scan (training). The forward with checkpoints is the inference sequential
-// scan (selective_scan.cu, CKPT variant); both advance the state with scanUpdate() (scan_step.cuh), so
-// the states recomputed here are the forward's.
+// Backward of the selective scan (training). The forward with checkpoints (selective_scan.cu: the chunked scan whose
+// chunk start states are the checkpoints, or the sequential CKPT variant for short sequences) and this file both
+// advance the state with scanUpdate() (scan_step.cuh), so the states recomputed here are the forward's.
 //
 // Thread layout: S lanes of a warp share one (batch row b, channel d); lane l holds the NS states
 // n = l·NS … l·NS+NS−1 in registers (NS = 4 up to d_state 128, 8 up to 256; S = the power of two
@@ -9,9 +9,9 @@
 //
 // Per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h (starting from ∂L/∂h_end with a state carry;
 // what is left past step 0 is ∂L/∂h_start):
-//  1. from the chunk's checkpoint, re-run its steps, storing the state every kSub steps and every step's Δ
-//     (softplus once per step, not again in 2) in shared memory;
-//  2. for each sub-chunk of kSub steps in reverse: re-run it from its stored state with the kSub+1 states
+//  1. from the chunk's checkpoint, re-run its steps (SUB at a time, their loads issued first), storing the state every
+//     SUB steps and every step's Δ (softplus once per step, not again in 2) in shared memory;
+//  2. for each sub-chunk of SUB steps in reverse: re-run it from its stored state with the SUB+1 states
 //     in registers (compile-time indices), then walk it backwards:
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
@@ -21,7 +21,7 @@
 // partial per (channel block, row); a second kernel adds the channel blocks in order. dA_log and dD are sums over batch rows and groups: one partial per
 // (b, group, d), added in that order by a third kernel (which also applies dA_log = dA·A).
 //
-// Groups (chunk-parallel backward): the chunks are cut into groups of kChunksPerGroup, and every group of every
+// Groups (chunk-parallel backward): the chunks are cut into groups (o.per_group chunks each), and every group of every
 // (b, d) runs as its own block, so long sequences at small batch fill the GPU. The carry is linear in itself:
 // leaving a group leftwards, G_out = P·G_in + L with P = Π_t exp(Δ_t·A) over the group and L the carry of the
 // group started from zero. So: (1) carryLocalKernel computes P and L of every group but the first (dy, C and Δ
@@ -195,9 +195,7 @@ __global__ void carryCombineKernel(ScanBackwardArgs s, BackwardOut o) {
     const int N = s.d_state, E = s.channels;
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (i >= static_cast<int64_t>(s.batch) * E * N) return;
-    const int n = static_cast<int>(i % N);
-    const int d = static_cast<int>((i / N) % E);
-    const int b = static_cast<int>(i / (static_cast<int64_t>(N) * E));
+    const auto [b, d, n] = stateIndex(i, N, E);
     float G = s.dh_end ? s.dh_end[b * s.dh_stride + static_cast<int64_t>(d) * N + n] : 0.f;
     for (int grp = o.groups - 1; grp >= 0; --grp) {
         const int64_t at = groupIndex(o, b, grp, E, d, N) + n;

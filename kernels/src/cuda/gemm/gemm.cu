@@ -90,6 +90,12 @@ void validate(const Gemm& g) {
     }
 }
 
+/** The cuBLAS math mode of a backward product in f32 storage (F32 or TF32). */
+int backwardMath(const Gemm& g) {
+    return g.w.dtype == DTYPE_TF32 && g.mode != GemmMode::Pedantic ? kCublasTf32TensorOpMath : kCublasDefaultMath;
+}
+cudaDataType lowpType(int dtype) { return dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+
 }  // namespace
 
 const void* forwardStorage(const Matrix& w, const char* op) {
@@ -175,7 +181,7 @@ void CudaBackend::packedRowsGemm(const Exec& e, int opW, int m, int k, const voi
     const CublasApi& api = cublas();
     const cublasHandle h = blas();
     const float one = 1.f;
-    const cudaDataType type = dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType type = lowpType(dtype);
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(k, 1));
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
@@ -186,14 +192,6 @@ void CudaBackend::packedRowsGemm(const Exec& e, int opW, int m, int k, const voi
                     what);
     }
 }
-
-namespace {
-/** The cuBLAS math mode of a backward product in f32 storage (F32 or TF32). */
-int backwardMath(const Gemm& g) {
-    return g.w.dtype == DTYPE_TF32 && g.mode != GemmMode::Pedantic ? kCublasTf32TensorOpMath : kCublasDefaultMath;
-}
-cudaDataType lowpType(int dtype) { return dtype == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
-}  // namespace
 
 void CudaBackend::gemmBackwardData(const Exec& e, const Gemm& g) {
     const Matrix& w = g.w;
