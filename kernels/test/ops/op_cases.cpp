@@ -1630,6 +1630,9 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 12, 20, 4, 4); });
     add("selectiveScanBackward.carry", "B=2 T=6 C=72 N=16 ckpt/4 dh_end+dh_start", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return scanBackwardCarryCase(o, s, 2, 6, 72, 16, 4); });
+    // d_state past 128: 8 states per lane (the wide instantiation of the CUDA backward)
+    add("selectiveScanBackward", "B=2 T=70 C=24 N=160 ckpt/16", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 70, 24, 160, 16); });
     // B and C rows 16-byte aligned like a model's x_proj output (the vector-load path); small then the 130m shapes
     add("selectiveScanBackward", "B=2 T=67 C=72 N=16 ckpt/16 aligned rows", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 67, 72, 16, 16, false, true); });
