@@ -362,6 +362,7 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
         key.counted = n;
         key.decay_version = t.decay_version;
         key.storage = t.model.storageAddress();
+        key.frees = t.ops.freeCount();
         t.stageStepFactors();
         t.runStep(key, [&t, seed, n] {
             t.forward();
@@ -450,6 +451,7 @@ StepStats Trainer::stepTokens(const int32_t* ids, int64_t idsLength, const int32
         key.counted = counted;
         key.decay_version = t.decay_version;
         key.storage = t.model.storageAddress();
+        key.frees = t.ops.freeCount();
         t.stageStepFactors();
         t.runStep(key, [&t, seed, ignoreIndex, counted] {
             t.forward();

@@ -219,6 +219,7 @@ void CudaBackend::freeNow(void* p) noexcept {
     OutsideCaptures gate(captureGate());
     cudaFree(p);
     cudaGetLastError();
+    ++frees_;  // a graph captured before may point into this memory
 }
 
 void CudaBackend::release(float* p) noexcept {
@@ -562,8 +563,7 @@ void CudaBackend::crossEntropy(const CrossEntropyArgs& a) {
 void CudaBackend::embedBackward(const EmbedBackwardArgs& a) {
     Lock lock(mu_);
     if (a.rows <= 0 || a.d <= 0) return;
-    requireNotCapturing("embedBackward (its sort may grow a workspace)");
-    enter();
+    enter();  // (a sort workspace that had to grow inside a capture fails there: the allocation refuses)
     train::embedBackward(nextExec(), a, trainScratch());
 }
 

@@ -25,6 +25,7 @@
 #include "ops/ops.h"
 #include "train_kernels.h"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -122,6 +123,9 @@ private:
     void* deviceMalloc(size_t bytes, const char* what);
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
     void freeNow(void* p) noexcept;
+public:
+    uint64_t freeCount() const override { return frees_.load(); }
+private:
     void releaseRetired() noexcept;
     void requireNotCapturing(const char* what) const;
 
@@ -172,6 +176,7 @@ private:
     std::vector<void*> deferred_graphs_;  // graphs destroyed during a capture
     std::vector<void*> retired_;   // old workspaces that a live graph may still point at
     int live_graphs_ = 0;
+    std::atomic<uint64_t> frees_{0};
     // pinned staging of small transfers: no driver-side bounce, no extra synchronisation for uploads
     void* pin_up_ = nullptr;
     size_t pin_up_cap_ = 0;

@@ -386,6 +386,11 @@ public:
     virtual void mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* checkpoints) = 0;
 
     // ---- graphs: record a fixed sequence of launches once, replay it with one call (capabilities().graphs) ----
+    /**
+     * How many device buffers this backend has freed so far: a graph captured at count c may point into memory
+     * freed since, so a caller keeping graphs across other work re-captures when the count moved.
+     */
+    virtual uint64_t freeCount() const { return 0; }
     /** Starts recording this backend's work (nothing may allocate until the capture ends). */
     virtual void beginCapture() {}
     /** Ends recording; returns an executable handle. */

@@ -42,6 +42,9 @@ void TrainerRuntime::runStep(const StepGraphKey& key, const std::function<void()
         warm_key = key;
         return;
     }
+    // The derived weights (e.g. −exp(A_log)) are refreshed by the step's first weights() call when stale, as after
+    // every optimizer step: marked stale here so the graph always records that refresh, whatever ran in between.
+    model.weightsChanged();
     ops.beginCapture();
     try {
         body();

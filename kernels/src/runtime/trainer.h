@@ -91,10 +91,11 @@ public:
         int mode = 0, ignore_index = 0;
         int64_t counted = 0, decay_version = 0;
         const void* storage = nullptr;
+        uint64_t frees = 0;  // the backend's freeCount: workspaces regrown by other calls invalidate a graph
         bool operator==(const StepGraphKey& o) const {
             return kind == o.kind && seed == o.seed && clip == o.clip && loss_scale == o.loss_scale && mode == o.mode &&
                    ignore_index == o.ignore_index && counted == o.counted && decay_version == o.decay_version &&
-                   storage == o.storage;
+                   storage == o.storage && frees == o.frees;
         }
     };
     /** Whether an applying step may run as a graph now: graphs on and available, no state carry, no pending bad loss. */
