@@ -635,7 +635,10 @@ public final class Trainer implements AutoCloseable {
 
     /** Why whole-step graphs turned themselves off, or the empty string. */
     public String stepGraphsOffReason() {
-        return guard.get(() -> peer.stepGraphsOffReason().getString());
+        return guard.get(() -> {
+            org.bytedeco.javacpp.BytePointer reason = peer.stepGraphsOffReason();
+            return reason == null ? "" : reason.getString();  // an empty std::string comes back as null
+        });
     }
 
     /** Changes the learning rate from the next optimizer step on (for hand-made schedules). */
