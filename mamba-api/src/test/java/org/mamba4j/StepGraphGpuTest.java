@@ -14,7 +14,7 @@ import org.junit.jupiter.params.provider.EnumSource;
 /**
  * Whole-step CUDA graphs ({@link Trainer#setStepGraphs}): twin trainers on the same weights and data, one eager and
  * one replaying its captured step, must agree bit for bit — every loss, gradient norm and step count, and every
- * weight and AdamW moment after the steps — for the MSE backbone and the language model, F32 and BF16, with
+ * weight after the steps — for the MSE backbone and the language model (Mamba-1 and Mamba-3), F32 and BF16, with
  * clipping active, a learning-rate change between steps (read from device memory at each replay) and a skipped
  * step (a NaN target: the graph's own decision). Skipped where no CUDA device is usable.
  */
@@ -28,8 +28,14 @@ class StepGraphGpuTest {
     private static final Mamba1Config CONFIG = Mamba1Config.builder().dModel(32).dState(16).layers(2).build();
     private static final int B = 3, T = 130;  // T ≥ 128: the chunked training scan and the grouped backward
 
+    private static final ModelConfig MAMBA3 = Mamba3Config.builder().dModel(32).headdim(16).dState(16).layers(2).build();
+
     private static MambaModel model(DType dtype, int vocab) {
-        MambaModel.Builder b = MambaModel.builder(CONFIG).seed(11).device(Device.cuda(0)).dtype(dtype);
+        return model(CONFIG, dtype, vocab);
+    }
+
+    private static MambaModel model(ModelConfig config, DType dtype, int vocab) {
+        MambaModel.Builder b = MambaModel.builder(config).seed(11).device(Device.cuda(0)).dtype(dtype);
         return vocab > 0 ? b.vocabSize(vocab).build() : b.inputDim(8).build();
     }
 
@@ -72,9 +78,19 @@ class StepGraphGpuTest {
     @ParameterizedTest
     @EnumSource(value = DType.class, names = {"F32", "BF16"})
     void lmStepsReplayBitForBit(DType dtype) {
+        lmSteps(CONFIG, dtype);
+    }
+
+    @ParameterizedTest
+    @EnumSource(value = DType.class, names = {"F32", "BF16"})
+    void mamba3LmStepsReplayBitForBit(DType dtype) {
+        lmSteps(MAMBA3, dtype);
+    }
+
+    private static void lmSteps(ModelConfig config, DType dtype) {
         final int vocab = 97;
         Random rng = new Random(6);
-        try (MambaModel ma = model(dtype, vocab); MambaModel mb = model(dtype, vocab);
+        try (MambaModel ma = model(config, dtype, vocab); MambaModel mb = model(config, dtype, vocab);
              Trainer eager = trainer(ma, false); Trainer graphed = trainer(mb, true)) {
             for (int step = 0; step < 5; step++) {
                 int[] ids = new int[B * T], targets = new int[B * T];
