@@ -402,6 +402,16 @@ public:
     void setClipGradNorm(float maxNorm);
     float clipGradNorm() const;
     /**
+     * Whole-step graphs (CUDA; ignored elsewhere): stepMse and stepTokens with apply = true run forward, loss,
+     * backward, clipping and AdamW as one captured CUDA graph from their second call with the same settings on,
+     * bit-identical to the eager step. Not with state carry (a start state, state gradients or an end-state
+     * gradient: those steps run eagerly). Off by default.
+     */
+    void setStepGraphs(bool on);
+    bool stepGraphs() const;
+    /** Why step graphs turned themselves off (a capture failed), or empty. */
+    std::string stepGraphsOffReason() const;
+    /**
      * Turns dynamic loss scaling on (config.enabled) or off; the scale restarts at init_scale with no clean steps
      * counted. Change it only between optimizer steps (accumulated gradients carry the scale they were made with).
      */

@@ -185,8 +185,17 @@ int64_t Trainer::paramSize(int index) const { return impl_->slot(index).n; }
 
 void Trainer::setWeightDecay(int index, bool decay) {
     impl_->slot(index);
+    if (impl_->decay[index] != decay) ++impl_->decay_version;
     impl_->decay[index] = decay;
 }
+
+void Trainer::setStepGraphs(bool on) {
+    impl_->step_graphs = on;
+    impl_->step_graphs_off_reason.clear();
+    if (!on) impl_->dropStepGraph();
+}
+bool Trainer::stepGraphs() const { return impl_->step_graphs; }
+std::string Trainer::stepGraphsOffReason() const { return impl_->step_graphs_off_reason; }
 bool Trainer::weightDecay(int index) const {
     impl_->slot(index);
     return impl_->decay[index];
@@ -342,6 +351,34 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
     t.stageX(x, xLength);
     t.replica.target_stage.ensure(t.ops, n);
     t.ops.upload(t.replica.target_stage.data(), target, n);
+    if (apply && t.stepGraphEligible()) {  // the whole step on the backend, read back once
+        const float seed = t.seedScale(scale);
+        TrainerRuntime::StepGraphKey key;
+        key.kind = 0;
+        key.seed = seed;
+        key.clip = t.clip;
+        key.loss_scale = t.loss_scale;
+        key.mode = static_cast<int>(t.model.trainingMode());
+        key.counted = n;
+        key.decay_version = t.decay_version;
+        key.storage = t.model.storageAddress();
+        key.frees = t.ops.freeCount();
+        t.stageStepFactors();
+        t.runStep(key, [&t, seed, n] {
+            t.forward();
+            t.headForward();
+            t.enqueueMse(seed);
+            t.headBackward();
+            t.backward();
+            t.enqueueOptimizerStep(&t.control()->loss[0], static_cast<double>(n));
+        });
+        t.readControl();
+        StepStats st = t.finishOptimizerStep();
+        st.has_loss = true;
+        st.loss = static_cast<float>(t.host_control.loss[0] / static_cast<double>(n));
+        st.counted = n;
+        return st;
+    }
     t.forward();
     t.headForward();
     const double loss = t.mse(t.seedScale(scale));
@@ -402,6 +439,37 @@ StepStats Trainer::stepTokens(const int32_t* ids, int64_t idsLength, const int32
     Impl& t = *impl_;
     checkScale(scale);
     const int64_t counted = t.checkTokens(ids, idsLength, targets, targetsLength, ignoreIndex);
+    if (apply && t.stepGraphEligible()) {  // the whole step on the backend, read back once
+        const float seed = t.seedScale(scale);
+        TrainerRuntime::StepGraphKey key;
+        key.kind = 1;
+        key.seed = seed;
+        key.clip = t.clip;
+        key.loss_scale = t.loss_scale;
+        key.mode = static_cast<int>(t.model.trainingMode());
+        key.ignore_index = ignoreIndex;
+        key.counted = counted;
+        key.decay_version = t.decay_version;
+        key.storage = t.model.storageAddress();
+        key.frees = t.ops.freeCount();
+        t.stageStepFactors();
+        t.runStep(key, [&t, seed, ignoreIndex, counted] {
+            t.forward();
+            t.enqueueLmLoss(ignoreIndex, seed, true, counted);
+            t.backward();
+            // the mean loss must be a finite float: the sum over `counted` targets is checked on the backend
+            t.enqueueOptimizerStep(&t.control()->loss[0], static_cast<double>(counted));
+        });
+        t.have_dx = false;
+        t.readControl();
+        const StepStats loss = t.lmLossStats(counted);
+        StepStats st = t.finishOptimizerStep();
+        st.has_loss = true;
+        st.loss = loss.loss;
+        st.accuracy = loss.accuracy;
+        st.counted = loss.counted;
+        return st;
+    }
     t.forward();
     const StepStats loss = t.lmLoss(ignoreIndex, t.seedScale(scale), true, counted);
     t.noteLoss(loss.loss);

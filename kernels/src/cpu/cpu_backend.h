@@ -42,9 +42,10 @@ public:
     void selectiveScanBackward(const ScanBackwardArgs& a) override;
     void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
-    double sumOfSquares(const float* x, int64_t n) override;
-    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;
-    double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
+    void sumInto(const float* x, int64_t n, bool squares, double* out) override;
+    void optimizerControl(const OptimizerControlArgs& a) override;
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) override;
+    void mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
     void embedBackward(const EmbedBackwardArgs& a) override;
 

@@ -3,6 +3,7 @@
 // fixed order (per-task partials combined afterwards in task order), so results do not depend on the
 // thread count.
 #include "cpu_backend.h"
+#include "ops/optimizer_control.h"
 
 #include "core/errors.h"
 #include "fast_math.h"
@@ -192,20 +193,30 @@ void CpuBackend::scale(float* x, int64_t n, float s) {
     });
 }
 
-double CpuBackend::sumOfSquares(const float* x, int64_t n) {
-    return chunkedSum(n, [&](int64_t i0, int64_t i1) {
+void CpuBackend::sumInto(const float* x, int64_t n, bool squares, double* out) {
+    *out = squares ? chunkedSum(n, [&](int64_t i0, int64_t i1) {
         double s = 0;
         for (int64_t i = i0; i < i1; ++i) s += static_cast<double>(x[i]) * x[i];
+        return s;
+    })
+                   : chunkedSum(n, [&](int64_t i0, int64_t i1) {
+        double s = 0;
+        for (int64_t i = i0; i < i1; ++i) s += x[i];
         return s;
     });
 }
 
-void CpuBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
-    const float decay = 1.f - a.lr * a.weight_decay;
-    const float step = a.lr / a.bias_correction1;
-    const float inv_sqrt_bc2 = 1.f / std::sqrt(a.bias_correction2);
-    const float b1 = a.beta1, b2 = a.beta2, c1 = 1.f - a.beta1, c2 = 1.f - a.beta2;
-    const float gs = a.grad_scale, eps = a.eps;
+void CpuBackend::optimizerControl(const OptimizerControlArgs& a) {
+    decideOptimizerStep(a.sums, a.nsums, a.loss_sum, a.loss_count, a.loss_bad, a.clip, a.loss_scale, a.factors, a.norm);
+}
+
+void CpuBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) {
+    if (f->skip != 0.f) return;
+    const float decay = f->decay[decayed ? 0 : 1];
+    const float step = f->step;
+    const float inv_sqrt_bc2 = f->inv_sqrt_bc2;
+    const float b1 = f->beta1, b2 = f->beta2, c1 = f->c1, c2 = f->c2;
+    const float gs = f->grad_scale, eps = f->eps;
     parallelFor(n, kMinParallelWork * 4, [&](int64_t i0, int64_t i1) {
 #pragma omp simd
         for (int64_t i = i0; i < i1; ++i) {
@@ -220,8 +231,8 @@ void CpuBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, 
     });
 }
 
-double CpuBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
-    return chunkedSum(n, [&](int64_t i0, int64_t i1) {
+void CpuBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) {
+    *out = chunkedSum(n, [&](int64_t i0, int64_t i1) {
         double s = 0;
         for (int64_t i = i0; i < i1; ++i) {
             const float e = y[i] - target[i];

@@ -219,6 +219,7 @@ void CudaBackend::freeNow(void* p) noexcept {
     OutsideCaptures gate(captureGate());
     cudaFree(p);
     cudaGetLastError();
+    ++frees_;  // a graph captured before may point into this memory
 }
 
 void CudaBackend::release(float* p) noexcept {
@@ -526,28 +527,30 @@ void CudaBackend::scale(float* x, int64_t n, float s) {
     train::scale(nextExec(), x, n, s);
 }
 
-double CudaBackend::sumOfSquares(const float* x, int64_t n) {
+void CudaBackend::sumInto(const float* x, int64_t n, bool squares, double* out) {
     Lock lock(mu_);
-    if (n <= 0) return 0.0;
-    requireNotCapturing("sumOfSquares (it reads its result back)");
     enter();
-    return train::sumOfSquares(nextExec(), x, n, trainScratch());
+    train::sumInto(nextExec(), x, n, squares, out, trainScratch());
 }
 
-void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) {
+void CudaBackend::optimizerControl(const OptimizerControlArgs& a) {
+    Lock lock(mu_);
+    enter();
+    train::optimizerControl(nextExec(), a);
+}
+
+void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) {
     Lock lock(mu_);
     if (n <= 0) return;
     enter();
-    train::adamw(nextExec(), p, g, m, v, n, a);
+    train::adamw(nextExec(), p, g, m, v, n, f, decayed);
     serialize_next_ = true;  // weights changed: the next kernel must not prefetch them before its pdlWait()
 }
 
-double CudaBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy) {
+void CudaBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) {
     Lock lock(mu_);
-    if (n <= 0) return 0.0;
-    requireNotCapturing("mse (it reads its result back)");
     enter();
-    return train::mse(nextExec(), y, target, n, scale, dy, trainScratch());
+    train::mse(nextExec(), y, target, n, scale, dy, out, trainScratch());
 }
 
 void CudaBackend::crossEntropy(const CrossEntropyArgs& a) {
@@ -560,8 +563,7 @@ void CudaBackend::crossEntropy(const CrossEntropyArgs& a) {
 void CudaBackend::embedBackward(const EmbedBackwardArgs& a) {
     Lock lock(mu_);
     if (a.rows <= 0 || a.d <= 0) return;
-    requireNotCapturing("embedBackward (its sort may grow a workspace)");
-    enter();
+    enter();  // (a sort workspace that had to grow inside a capture fails there: the allocation refuses)
     train::embedBackward(nextExec(), a, trainScratch());
 }
 

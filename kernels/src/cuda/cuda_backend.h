@@ -25,6 +25,7 @@
 #include "ops/ops.h"
 #include "train_kernels.h"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -78,10 +79,11 @@ public:
     void selectiveScanBackward(const ScanBackwardArgs& a) override;
     void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
-    double sumOfSquares(const float* x, int64_t n) override;
+    void sumInto(const float* x, int64_t n, bool squares, double* out) override;
+    void optimizerControl(const OptimizerControlArgs& a) override;
     void sumRanks(const float* slices, int ranks, int64_t n, float* out) override;  // rank_sum.cu
-    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override;
-    double mse(const float* y, const float* target, int64_t n, float scale, float* dy) override;
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) override;
+    void mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
     void embedBackward(const EmbedBackwardArgs& a) override;
     void sampleTokens(const SampleArgs& a) override;  // sample_tokens.cu
@@ -121,6 +123,9 @@ private:
     void* deviceMalloc(size_t bytes, const char* what);
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
     void freeNow(void* p) noexcept;
+public:
+    uint64_t freeCount() const override { return frees_.load(); }
+private:
     void releaseRetired() noexcept;
     void requireNotCapturing(const char* what) const;
 
@@ -171,6 +176,7 @@ private:
     std::vector<void*> deferred_graphs_;  // graphs destroyed during a capture
     std::vector<void*> retired_;   // old workspaces that a live graph may still point at
     int live_graphs_ = 0;
+    std::atomic<uint64_t> frees_{0};
     // pinned staging of small transfers: no driver-side bounce, no extra synchronisation for uploads
     void* pin_up_ = nullptr;
     size_t pin_up_cap_ = 0;

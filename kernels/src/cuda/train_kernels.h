@@ -39,12 +39,12 @@ void columnSums(const Exec& ex, const float* a, int64_t lda, const float* b, int
                 int cols, float* acc, const Scratch& scratch);
 /** Elements per partial sum of the double-precision reductions below (a constant: results never depend on the GPU). */
 constexpr int64_t kSumChunk = 8192;
-/** Σ_i x[i]² in double: per-chunk tree sums, then the chunk partials summed by one block. Synchronises. */
-double sumOfSquares(const Exec& ex, const float* x, int64_t n, const Scratch& scratch);
-/** Sums m doubles at part (device) with one block in a fixed tree; result at out (device). */
+/** out[0] = Σ_i x[i]² (squares) or Σ_i x[i] in double: per-chunk tree sums, then the partials by one block (device). */
+void sumInto(const Exec& ex, const float* x, int64_t n, bool squares, double* out, const Scratch& scratch);
+/** Sums m doubles at part (device) with one block in a fixed tree; result at out (device; 0 when m = 0). */
 void sumPartials(const Exec& ex, const double* part, int64_t m, double* out);
-/** Copies one double from the device to the host after the queued work (synchronises the stream). */
-double readDouble(const Exec& ex, const double* src);
+/** The optimizer's decision (ops/optimizer_control.h) by one thread on device memory. */
+void optimizerControl(const Exec& ex, const OptimizerControlArgs& a);
 /** x[i] *= s. */
 void scale(const Exec& ex, float* x, int64_t n, float s);
 
@@ -73,11 +73,11 @@ bool mamba3ChunkedBackwardUsable(const Exec& ex, const Mamba3ScanBackwardArgs& a
 void mamba3ChunkedBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, const Scratch& scratch, float* dk, float* dq);
 
 // ---- train_optim.cu ----
-void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a);
+void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed);
 
 // ---- train_loss.cu ----
-double mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy,
-           const Scratch& scratch);
+void mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy, double* out,
+         const Scratch& scratch);
 void crossEntropy(const Exec& ex, const CrossEntropyArgs& a);
 
 // ---- train_embed.cu ----

@@ -111,15 +111,14 @@ __global__ void __launch_bounds__(kCeThreads) crossEntropyKernel(const float* lo
 
 }  // namespace
 
-double mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy,
-           const Scratch& scratch) {
-    if (n <= 0) return 0.0;
-    const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
-    double* part = reinterpret_cast<double*>(scratch.get(5, 2 * (chunks + 1)));
-    launch("mse", ex, mseKernel, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0, y, target, n, scale, dy,
-           part);
-    sumPartials(ex, part, chunks, part + chunks);
-    return readDouble(ex, part + chunks);
+void mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy, double* out,
+         const Scratch& scratch) {
+    const int64_t chunks = n > 0 ? (n + kSumChunk - 1) / kSumChunk : 0;
+    double* part = chunks > 0 ? reinterpret_cast<double*>(scratch.get(5, 2 * chunks)) : nullptr;
+    if (chunks > 0)
+        launch("mse", ex, mseKernel, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0, y, target, n, scale, dy,
+               part);
+    sumPartials(ex, part, chunks, out);
 }
 
 void crossEntropy(const Exec& ex, const CrossEntropyArgs& a) {

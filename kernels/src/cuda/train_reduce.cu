@@ -7,6 +7,8 @@
 // then a fixed shared-memory tree, all in double); one block then sums the chunk partials the same way.
 #include "train_kernels.h"
 
+#include "ops/optimizer_control.h"
+
 #include <algorithm>
 
 namespace mamba::cuda::train {
@@ -55,14 +57,15 @@ __device__ double blockSumDouble(double v) {
     return sh[0];
 }
 
-__global__ void __launch_bounds__(kSumThreads) sumSquaresKernel(const float* x, int64_t n, double* part) {
+template <bool SQUARES>
+__global__ void __launch_bounds__(kSumThreads) sumChunksKernel(const float* x, int64_t n, double* part) {
     pdlWait();
     pdlLaunchDependents();
     const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kSumChunk, i1 = min(n, i0 + kSumChunk);
     double s = 0.0;
     for (int64_t i = i0 + threadIdx.x; i < i1; i += kSumThreads) {
         const double v = x[i];
-        s += v * v;
+        s += SQUARES ? v * v : v;
     }
     s = blockSumDouble(s);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
@@ -104,21 +107,29 @@ void sumPartials(const Exec& ex, const double* part, int64_t m, double* out) {
     launch("sum partials", ex, sumPartialsKernel, dim3(1), dim3(kSumThreads), 0, part, m, out);
 }
 
-double readDouble(const Exec& ex, const double* src) {
-    double v = 0.0;
-    check(cudaMemcpyAsync(&v, src, sizeof v, cudaMemcpyDeviceToHost, ex.stream), "cudaMemcpyAsync (device to host)");
-    check(cudaStreamSynchronize(ex.stream), "cudaStreamSynchronize after a reduction");
-    return v;
+
+void sumInto(const Exec& ex, const float* x, int64_t n, bool squares, double* out, const Scratch& scratch) {
+    const int64_t chunks = n > 0 ? (n + kSumChunk - 1) / kSumChunk : 0;
+    double* part = chunks > 0 ? reinterpret_cast<double*>(scratch.get(5, 2 * chunks)) : nullptr;
+    if (chunks > 0) {
+        if (squares)
+            launch("sum of squares", ex, sumChunksKernel<true>, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0,
+                   x, n, part);
+        else
+            launch("sum", ex, sumChunksKernel<false>, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0, x, n,
+                   part);
+    }
+    sumPartials(ex, part, chunks, out);
 }
 
-double sumOfSquares(const Exec& ex, const float* x, int64_t n, const Scratch& scratch) {
-    if (n <= 0) return 0.0;
-    const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
-    double* part = reinterpret_cast<double*>(scratch.get(5, 2 * (chunks + 1)));
-    launch("sum of squares", ex, sumSquaresKernel, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0, x, n,
-           part);
-    sumPartials(ex, part, chunks, part + chunks);
-    return readDouble(ex, part + chunks);
+__global__ void optimizerControlKernel(OptimizerControlArgs a) {
+    pdlWait();
+    pdlLaunchDependents();
+    decideOptimizerStep(a.sums, a.nsums, a.loss_sum, a.loss_count, a.loss_bad, a.clip, a.loss_scale, a.factors, a.norm);
+}
+
+void optimizerControl(const Exec& ex, const OptimizerControlArgs& a) {
+    launch("optimizer control", ex, optimizerControlKernel, dim3(1), dim3(1), 0, a);
 }
 
 void scale(const Exec& ex, float* x, int64_t n, float s) {

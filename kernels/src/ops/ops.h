@@ -11,6 +11,8 @@
 // in a fixed order whose pieces are constants of the code (never of the thread count or the GPU).
 #pragma once
 
+#include <cmath>
+
 #include "gemm.h"
 
 #include <cstdint>
@@ -230,6 +232,55 @@ struct AdamWArgs {
     float grad_scale;                          // gradient multiplier (clipping, loss-scale undo), applied first
 };
 
+/**
+ * AdamW's per-step constants as the kernels use them, and the step's decision. It lives in backend memory, so a
+ * captured training step reads each replay's values: the host writes the constants (adamwFactors) before the
+ * step, optimizerControl writes grad_scale and skip.
+ */
+struct AdamWFactors {
+    float step;          // lr / (1 − β1^t)
+    float inv_sqrt_bc2;  // 1 / sqrt(1 − β2^t)
+    float decay[2];      // [0] 1 − lr·wd (decayed tensors), [1] 1 (the others)
+    float beta1, beta2, c1, c2, eps;  // c = 1 − β
+    float grad_scale;    // gradient multiplier (clipping, loss-scale undo), applied first
+    float skip;          // non-zero: no update (parameters and moments stay)
+    float pad;
+};
+
+/** The factors of one step, computed on the host in f32 exactly as both backends always have. */
+inline AdamWFactors adamwFactors(const AdamWArgs& a) {
+    AdamWFactors f{};
+    f.step = a.lr / a.bias_correction1;
+    f.inv_sqrt_bc2 = 1.f / std::sqrt(a.bias_correction2);
+    f.decay[0] = 1.f - a.lr * a.weight_decay;
+    f.decay[1] = 1.f;
+    f.beta1 = a.beta1;
+    f.beta2 = a.beta2;
+    f.c1 = 1.f - a.beta1;
+    f.c2 = 1.f - a.beta2;
+    f.eps = a.eps;
+    f.grad_scale = a.grad_scale;
+    f.skip = 0.f;
+    return f;
+}
+
+/**
+ * The optimizer's decision on the backend (so it can sit inside a captured step), with the host's double
+ * arithmetic: norm = sqrt(Σ sums[i], in order) / loss_scale; skip when the norm is not finite, when loss_bad, or
+ * when a checked loss (loss_sum / loss_count as a float) is not finite; else grad_scale = (clip > 0 and norm > clip ?
+ * clip / (norm + 1e-6) : 1) / loss_scale.
+ */
+struct OptimizerControlArgs {
+    const double* sums;     // backend memory: the sums of squares of the gradient buffers
+    int nsums;
+    const double* loss_sum; // backend memory: a loss to check, or null
+    double loss_count;
+    bool loss_bad;          // a non-finite loss already seen by the host
+    float clip, loss_scale;
+    AdamWFactors* factors;  // backend memory: grad_scale and skip written
+    double* norm;           // backend memory: the unscaled gradient norm written
+};
+
 /** Softmax cross-entropy per row of logits against int32 targets; rows with target == ignore_index count nothing. */
 struct CrossEntropyArgs {
     const float* logits;     // [rows, vocab]
@@ -335,6 +386,11 @@ public:
     virtual void mamba3Scan(const Mamba3ScanArgs& s, const ScanCheckpoints* checkpoints) = 0;
 
     // ---- graphs: record a fixed sequence of launches once, replay it with one call (capabilities().graphs) ----
+    /**
+     * How many device buffers this backend has freed so far: a graph captured at count c may point into memory
+     * freed since, so a caller keeping graphs across other work re-captures when the count moved.
+     */
+    virtual uint64_t freeCount() const { return 0; }
     /** Starts recording this backend's work (nothing may allocate until the capture ends). */
     virtual void beginCapture() {}
     /** Ends recording; returns an executable handle. */
@@ -349,12 +405,21 @@ public:
     virtual void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) = 0;
     /** x[i] *= s. */
     virtual void scale(float* x, int64_t n, float s) = 0;
-    /** Σ x[i]², accumulated in double over fixed-size chunks in a fixed order. */
-    virtual double sumOfSquares(const float* x, int64_t n) = 0;
-    /** In-place AdamW on p with gradient g and moments m, v (all n floats). */
-    virtual void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) = 0;
-    /** dy = scale·2·(y − t); returns Σ (y − t)² in double. */
-    virtual double mse(const float* y, const float* target, int64_t n, float scale, float* dy) = 0;
+    /**
+     * out[0] = Σ x[i]² (squares) or Σ x[i], accumulated in double over fixed-size chunks in a fixed order; out is
+     * backend memory (read it back with download of 2 floats, or feed it to optimizerControl).
+     */
+    virtual void sumInto(const float* x, int64_t n, bool squares, double* out) = 0;
+    /** See OptimizerControlArgs. */
+    virtual void optimizerControl(const OptimizerControlArgs& a) = 0;
+    /**
+     * In-place AdamW on p with gradient g and moments m, v (all n floats), with the factors in backend memory f
+     * (decay[0] when decayed, decay[1] otherwise); nothing when f->skip.
+     */
+    virtual void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f,
+                       bool decayed) = 0;
+    /** dy = scale·2·(y − t); out[0] = Σ (y − t)² in double (backend memory, sumInto's order). */
+    virtual void mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) = 0;
     virtual void crossEntropy(const CrossEntropyArgs& a) = 0;
     virtual void embedBackward(const EmbedBackwardArgs& a) = 0;
 

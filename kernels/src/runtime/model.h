@@ -68,6 +68,8 @@ public:
     /** Whether the storage is f32 in the ParamTable layout (so a trainer can update it in place). */
     bool storesF32() const { return !(dtype == DTYPE_BF16 || dtype == DTYPE_F16); }
     float* storageF32() { return storage_.data(); }
+    /** Where the storage lives (a captured training step is only valid for the buffers it recorded). */
+    const void* storageAddress() const { return storage_.data(); }
     int64_t storageBytes() const { return layout_.bytes; }
 
     const Backbone backbone;

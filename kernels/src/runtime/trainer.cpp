@@ -4,18 +4,63 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 namespace mamba {
 
 TrainerRuntime::TrainerRuntime(ModelImpl& m, int batch, int seqLen)
     : model(m), ops(*m.ops), B(batch), T(seqLen), R(static_cast<int64_t>(batch) * seqLen),
-      replica(m, *m.ops, batch, seqLen) {
+      replica(m, *m.ops, batch, seqLen), control_buf(*m.ops, sizeof(ControlBlock) / sizeof(float)) {
     for (const ParamInfo& p : m.backbone.table.params()) decay.push_back(!p.no_decay);
     if (!m.storesF32()) m.masters = replica.masters;
 }
 
 TrainerRuntime::~TrainerRuntime() {
+    dropStepGraph();
     if (model.masters == replica.masters) model.masters = nullptr;
+}
+
+bool TrainerRuntime::stepGraphEligible() const {
+    return step_graphs && ops.capabilities().graphs && !start_pending && !state_grads && !end_grad_pending &&
+           !nonfinite_loss;
+}
+
+void TrainerRuntime::dropStepGraph() noexcept {
+    if (step_graph) ops.destroyGraph(step_graph);
+    step_graph = nullptr;
+    step_graph_key = StepGraphKey{};
+}
+
+void TrainerRuntime::runStep(const StepGraphKey& key, const std::function<void()>& body) {
+    if (step_graph && step_graph_key == key) {
+        ops.replay(step_graph);
+        return;
+    }
+    dropStepGraph();
+    if (!(warm_key == key)) {  // first sight of this key: eagerly, so that everything the step uses is allocated
+        body();
+        warm_key = key;
+        return;
+    }
+    // The derived weights (e.g. −exp(A_log)) are refreshed by the step's first weights() call when stale, as after
+    // every optimizer step: marked stale here so the graph always records that refresh, whatever ran in between.
+    model.weightsChanged();
+    ops.beginCapture();
+    try {
+        body();
+    } catch (const std::exception& e) {
+        try {
+            ops.destroyGraph(ops.endCapture());
+        } catch (...) {
+        }
+        step_graphs = false;  // something in the step cannot be captured: run eagerly from now on
+        step_graphs_off_reason = e.what();
+        body();
+        return;
+    }
+    step_graph = ops.endCapture();
+    step_graph_key = key;
+    ops.replay(step_graph);
 }
 
 Slot TrainerRuntime::slot(int index) const {
@@ -134,14 +179,65 @@ StepStats TrainerRuntime::pending() const {
 }
 
 StepStats TrainerRuntime::optimizerStep() {
-    StepStats st = pending();
+    stageStepFactors();
+    enqueueOptimizerStep(nullptr, 0);
+    readControl();
+    return finishOptimizerStep();
+}
+
+void TrainerRuntime::stageStepFactors() {
+    // The constants of step `steps + 1` (used only if the step applies; a skipped step leaves `steps` as it is).
+    const double t = static_cast<double>(steps + 1);
+    AdamWArgs a{};
+    a.lr = opt.lr;
+    a.beta1 = opt.beta1;
+    a.beta2 = opt.beta2;
+    a.eps = opt.eps;
+    a.weight_decay = opt.weight_decay;
+    a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta1), t));
+    a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta2), t));
+    a.grad_scale = 1.f;  // written by optimizerControl
+    const AdamWFactors f = adamwFactors(a);
+    static_assert(offsetof(ControlBlock, factors) % sizeof(float) == 0, "the factors start at a float boundary");
+    ops.upload(control_buf.data() + offsetof(ControlBlock, factors) / sizeof(float), reinterpret_cast<const float*>(&f),
+               sizeof f / sizeof(float));
+}
+
+void TrainerRuntime::enqueueOptimizerStep(const double* lossSum, double lossCount) {
+    ControlBlock* c = control();
     // The global norm over every trainable tensor (the flat buffers' alignment padding stays zero).
-    double ss = ops.sumOfSquares(replica.grads.data(), replica.grads.size());
-    if (head) ss += ops.sumOfSquares(head->g.data(), head->g.size());
-    const double norm = std::sqrt(ss) / loss_scale;  // of the unscaled gradient (a power-of-two scale: exact)
-    st.grad_norm = static_cast<float>(norm);
-    if (!std::isfinite(norm) || nonfinite_loss) {  // a diverged step: skip it rather than poison the weights
-        zeroGrad();
+    ops.sumInto(replica.grads.data(), replica.grads.size(), true, &c->grad_ss[0]);
+    if (head) ops.sumInto(head->g.data(), head->g.size(), true, &c->grad_ss[1]);
+    OptimizerControlArgs oc{};
+    oc.sums = c->grad_ss;
+    oc.nsums = head ? 2 : 1;
+    oc.loss_sum = lossSum;
+    oc.loss_count = lossCount;
+    oc.loss_bad = nonfinite_loss;
+    oc.clip = clip;
+    oc.loss_scale = loss_scale;
+    oc.factors = &c->factors;
+    oc.norm = &c->norm;
+    ops.optimizerControl(oc);
+    // A skipped step (non-finite norm or loss) leaves parameters and moments as they are: the kernels see the flag.
+    for (int i = 0; i < paramCount(); ++i) {
+        const Slot s = slot(i);
+        ops.adamw(s.p, s.g, s.m, s.v, s.n, &c->factors, decay[i]);
+    }
+    model.storeFrom(replica.masters);  // low-precision storage follows the masters; f32 storage is them
+    ops.zero(replica.grads.data(), replica.grads.size());
+    if (head) ops.zero(head->g.data(), head->g.size());
+}
+
+void TrainerRuntime::readControl() {
+    ops.download(reinterpret_cast<float*>(&host_control), control_buf.data(), sizeof(ControlBlock) / sizeof(float));
+}
+
+StepStats TrainerRuntime::finishOptimizerStep() {
+    StepStats st = pending();
+    st.grad_norm = static_cast<float>(host_control.norm);
+    nonfinite_loss = false;  // the gradients it marked are gone
+    if (host_control.factors.skip != 0.f) {  // a diverged step: skipped rather than poison the weights
         if (scaler.enabled) {  // overflow under the scale (or a diverged loss): back off
             loss_scale *= scaler.backoff_factor;
             clean_steps = 0;
@@ -149,22 +245,6 @@ StepStats TrainerRuntime::optimizerStep() {
         return st;
     }
     ++steps;
-    AdamWArgs a{};
-    a.lr = opt.lr;
-    a.beta1 = opt.beta1;
-    a.beta2 = opt.beta2;
-    a.eps = opt.eps;
-    a.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta1), static_cast<double>(steps)));
-    a.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(opt.beta2), static_cast<double>(steps)));
-    a.grad_scale = clip > 0.f && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.f;
-    a.grad_scale /= loss_scale;  // unscale inside AdamW (exact for powers of two)
-    for (int i = 0; i < paramCount(); ++i) {
-        const Slot s = slot(i);
-        a.weight_decay = decay[i] ? opt.weight_decay : 0.f;
-        ops.adamw(s.p, s.g, s.m, s.v, s.n, a);
-    }
-    model.storeFrom(replica.masters);  // low-precision storage follows the masters; f32 storage is them
-    zeroGrad();
     st.step = steps;
     st.applied = true;
     if (scaler.enabled && ++clean_steps >= scaler.growth_interval) {
@@ -228,11 +308,16 @@ void TrainerRuntime::readStartStateGradient(StateImpl& into) const {
     if (start_grad_scale != 1.f) ops.scale(into.data.data(), n, 1.f / start_grad_scale);  // in the loss's own units
 }
 
-double TrainerRuntime::mse(float scale) {
+void TrainerRuntime::enqueueMse(float scale) {
     const int64_t n = R * outWidth();
     // L = mean((y − target)²) over every element; dy = scale · 2(y − target) / n (in place for a head: elementwise).
-    const double sse = ops.mse(outStage(), replica.target_stage.data(), n, scale / static_cast<float>(n), doutStage());
-    return sse / static_cast<double>(n);
+    ops.mse(outStage(), replica.target_stage.data(), n, scale / static_cast<float>(n), doutStage(), &control()->loss[0]);
+}
+
+double TrainerRuntime::mse(float scale) {
+    enqueueMse(scale);
+    readControl();
+    return host_control.loss[0] / static_cast<double>(R * outWidth());
 }
 
 int64_t TrainerRuntime::stageTargets(const int32_t* t, int ignoreIndex) const {
@@ -254,7 +339,7 @@ int64_t TrainerRuntime::stageTokens(const int32_t* ids, const int32_t* targets, 
     return counted;
 }
 
-StepStats TrainerRuntime::lmLoss(int ignoreIndex, float scale, bool grad, int64_t counted) {
+void TrainerRuntime::enqueueLmLoss(int ignoreIndex, float scale, bool grad, int64_t counted) {
     TrainerReplica& r = replica;
     const WeightView w = model.weights();
     BackboneRunner::LmLossArgs a{};
@@ -269,20 +354,25 @@ StepStats TrainerRuntime::lmLoss(int ignoreIndex, float scale, bool grad, int64_
     a.dy = r.dy_stage.data();
     a.mode = model.trainingMode();
     r.runner.lmLoss(ops, w, r.masterView(w.derived), a);
-    std::vector<float> loss(static_cast<size_t>(R)), correct(static_cast<size_t>(R));
-    ops.download(loss.data(), r.row_loss.data(), R);
-    ops.download(correct.data(), r.row_correct.data(), R);
-    double l = 0, c = 0;
-    for (int64_t i = 0; i < R; ++i) {  // in row order: deterministic
-        l += loss[i];
-        c += correct[i];
-    }
+    // the per-row losses and correct flags summed on the backend (fixed chunks, fixed order)
+    ops.sumInto(r.row_loss.data(), R, false, &control()->loss[0]);
+    ops.sumInto(r.row_correct.data(), R, false, &control()->loss[1]);
+}
+
+StepStats TrainerRuntime::lmLossStats(int64_t counted) const {
+    const double l = host_control.loss[0], c = host_control.loss[1];
     StepStats st = pending();
     st.has_loss = true;
     st.counted = counted;
     st.loss = counted > 0 ? static_cast<float>(l / counted) : 0.f;
     st.accuracy = counted > 0 ? static_cast<float>(c / counted) : 0.f;
     return st;
+}
+
+StepStats TrainerRuntime::lmLoss(int ignoreIndex, float scale, bool grad, int64_t counted) {
+    enqueueLmLoss(ignoreIndex, scale, grad, counted);
+    readControl();
+    return lmLossStats(counted);
 }
 
 }  // namespace mamba

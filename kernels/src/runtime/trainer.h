@@ -6,11 +6,25 @@
 #include "linear_head.h"
 #include "replica.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace mamba {
+
+/**
+ * The step's scalars in backend memory, one buffer read back once per step: the reductions write the sums, the host
+ * the AdamW constants (before the step), optimizerControl the decision. Kept on the backend so the whole step can be
+ * captured as one CUDA graph.
+ */
+struct ControlBlock {
+    double grad_ss[2];  // Σ g² of the model's gradients, of the head's
+    double loss[2];     // the last fused loss: Σ of its terms, Σ of its correct flags (cross-entropy)
+    double norm;        // the unscaled gradient norm of the last optimizer step
+    AdamWFactors factors;
+};
+static_assert(sizeof(ControlBlock) % sizeof(float) == 0, "the control block travels as floats");
 
 /** One trainable tensor in one replica: values, gradient and moments (backend memory). */
 struct Slot {
@@ -53,6 +67,51 @@ public:
      * step count unchanged) when the gradient norm is non-finite or a fused loss since the last step was.
      */
     StepStats optimizerStep();
+
+    // ---- the step on the backend (what a captured step holds) and the host's part around it ----
+    /** Uploads the AdamW constants of the next step (step count + 1) into the control block. */
+    void stageStepFactors();
+    /**
+     * Enqueues clip + AdamW + storage refresh + clearing the gradients, deciding on the backend (optimizerControl);
+     * lossSum/lossCount: a loss in the control block that must be finite (null: the host's noteLoss flag decides).
+     */
+    void enqueueOptimizerStep(const double* lossSum, double lossCount);
+    /** Reads the control block back (synchronises). */
+    void readControl();
+    /** The host's bookkeeping after a read-back optimizer step: step count, loss scaler, stats. */
+    StepStats finishOptimizerStep();
+    ControlBlock* control() const { return reinterpret_cast<ControlBlock*>(control_buf.data()); }
+    ControlBlock host_control{};
+
+    // ---- whole-step graphs (backends with graphs: CUDA) ----
+    /** What a captured step baked in: a step with a different key is captured anew. */
+    struct StepGraphKey {
+        int kind = -1;  // 0 stepMse, 1 stepTokens
+        float seed = 0.f, clip = 0.f, loss_scale = 0.f;
+        int mode = 0, ignore_index = 0;
+        int64_t counted = 0, decay_version = 0;
+        const void* storage = nullptr;
+        uint64_t frees = 0;  // the backend's freeCount: workspaces regrown by other calls invalidate a graph
+        bool operator==(const StepGraphKey& o) const {
+            return kind == o.kind && seed == o.seed && clip == o.clip && loss_scale == o.loss_scale && mode == o.mode &&
+                   ignore_index == o.ignore_index && counted == o.counted && decay_version == o.decay_version &&
+                   storage == o.storage && frees == o.frees;
+        }
+    };
+    /** Whether an applying step may run as a graph now: graphs on and available, no state carry, no pending bad loss. */
+    bool stepGraphEligible() const;
+    /**
+     * Runs body, the step's backend part (forward to optimizer, nothing read back): replayed from its graph when
+     * one with this key exists; else eagerly the first time a key is seen (so every buffer and workspace exists),
+     * captured and replayed the second time. A capture that fails turns step graphs off and runs body eagerly.
+     */
+    void runStep(const StepGraphKey& key, const std::function<void()>& body);
+    void dropStepGraph() noexcept;
+    bool step_graphs = false;
+    std::string step_graphs_off_reason;  // why a failed capture turned them off
+    void* step_graph = nullptr;
+    StepGraphKey step_graph_key, warm_key;
+    int64_t decay_version = 0;  // bumped when a tensor's weight decay is switched (baked into captured steps)
     StepStats finish(bool apply) { return apply ? optimizerStep() : pending(); }
     /** Stats of a call that did not step. */
     StepStats pending() const;
@@ -85,6 +144,8 @@ public:
 
     /** Mean squared error of the outputs against the staged target: dout = scale·2(y − t)/n; returns the mean loss. */
     double mse(float scale);
+    /** mse's backend part: the sum of squared errors into the control block. */
+    void enqueueMse(float scale);
     /** Stages targets [B, T] (already checked) and returns how many are not ignored. */
     int64_t stageTargets(const int32_t* targets, int ignoreIndex) const;
 
@@ -98,6 +159,9 @@ public:
      * Fills loss/accuracy/counted of the returned stats (pending() otherwise).
      */
     StepStats lmLoss(int ignoreIndex, float scale, bool grad, int64_t counted);
+    /** lmLoss's backend part (sums into the control block) and its host part (from the read-back block). */
+    void enqueueLmLoss(int ignoreIndex, float scale, bool grad, int64_t counted);
+    StepStats lmLossStats(int64_t counted) const;
 
     /** The taped forward of `steps` steps: staged input in, y_stage out, work_state advanced. */
     ForwardIO stagedIO(int steps);
@@ -120,6 +184,7 @@ public:
     LossScalerConfig scaler;
     float loss_scale = 1.f;        // 1 while the scaler is off
     int64_t clean_steps = 0;       // applied optimizer steps since the scale last changed
+    Buffer control_buf;            // a ControlBlock
 };
 
 }  // namespace mamba

@@ -1168,13 +1168,27 @@ void checkScanBackward(int B, int T, int E, int N, int chunk) {
     report("scanBackward rerun", shape + ", bitwise", "f32", same ? 0 : 1, 0);
 }
 
+/** A double the backend wrote into a 2-float device buffer. */
+double deviceDouble(Dev& d) {
+    auto f = d.get();
+    double v;
+    std::memcpy(&v, f.data(), sizeof v);
+    return v;
+}
+
+double sumOfSquares(const float* x, int64_t n) {
+    Dev out(2);
+    be->sumInto(x, n, true, reinterpret_cast<double*>(out.p));
+    return deviceDouble(out);
+}
+
 void checkReductions() {
     for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{8192}, int64_t{1000003}}) {
         auto x = randv(static_cast<size_t>(n), -2, 2);
         Dev dx(x);
         double want = 0;
         for (float v : x) want += static_cast<double>(v) * v;
-        const double got = be->sumOfSquares(dx.p, n), again = be->sumOfSquares(dx.p, n);
+        const double got = sumOfSquares(dx.p, n), again = sumOfSquares(dx.p, n);
         report("sumOfSquares", fmt("n=%lld (double)", static_cast<long long>(n)), "f64", std::fabs(got - want) / want,
                1e-11);
         report("sumOfSquares rerun", fmt("n=%lld, bitwise", static_cast<long long>(n)), "f64", got == again ? 0 : 1, 0);
@@ -1196,7 +1210,9 @@ void checkReductions() {
         Dev dy(y), dt(t), dg(n);
         dg.poison();
         const float sc = 0.25f / static_cast<float>(n);
-        const double got = be->mse(dy.p, dt.p, n, sc, dg.p);
+        Dev dsum(2);
+        be->mse(dy.p, dt.p, n, sc, dg.p, reinterpret_cast<double*>(dsum.p));
+        const double got = deviceDouble(dsum);
         auto g = dg.get();
         double want = 0;
         Err e;
@@ -1227,7 +1243,10 @@ void checkAdamW() {
     a.bias_correction1 = static_cast<float>(1.0 - std::pow(0.9, 7.0));
     a.bias_correction2 = static_cast<float>(1.0 - std::pow(0.999, 7.0));
     a.grad_scale = 0.8f;
-    be->adamw(dp.p, dg.p, dm.p, dv.p, n, a);
+    const AdamWFactors f = adamwFactors(a);
+    Dev df(std::vector<float>(reinterpret_cast<const float*>(&f),
+                              reinterpret_cast<const float*>(&f) + sizeof f / sizeof(float)));
+    be->adamw(dp.p, dg.p, dm.p, dv.p, n, reinterpret_cast<const AdamWFactors*>(df.p), true);
     auto gp = dp.get(), gm = dm.get(), gv = dv.get();
     Err ep, em, ev;
     for (int64_t i = 0; i < n; ++i) {

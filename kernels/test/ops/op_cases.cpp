@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <functional>
 #include <cmath>
+#include <cstring>
 #include <cstdarg>
 #include <cstdio>
 #include <limits>
@@ -1081,19 +1082,95 @@ Prepared scaleCase(Ops& ops, uint64_t seed, int64_t n) {
     return p;
 }
 
-Prepared sumOfSquaresCase(Ops& ops, uint64_t seed, int64_t n) {
+/** A double the backend wrote into its memory (2 floats). */
+double getDouble(Arena* A, const float* d) {
+    const std::vector<float> f = A->get(d, 2);
+    double v;
+    std::memcpy(&v, f.data(), sizeof v);
+    return v;
+}
+
+void putDouble(Ops& ops, float* d, double v) {
+    float f[2];
+    std::memcpy(f, &v, sizeof v);
+    ops.upload(d, f, 2);
+}
+
+Prepared sumIntoCase(Ops& ops, uint64_t seed, int64_t n, bool squares) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
     const std::vector<float> x = uniform(rng, n, -2, 2);
     const float* dx = A->put(x);
-    auto result = std::make_shared<double>(std::numeric_limits<double>::quiet_NaN());
-    p.call = [&ops, dx, n, result] { *result = ops.sumOfSquares(dx, n); };
-    double want = 0;
-    for (float v : x) want += static_cast<double>(v) * v;
-    p.check = [=] { return std::vector<Compare>{relScalar("sum", *result, want, kTolSum)}; };
-    p.outputs = [=] { return Outputs{doubleBits(*result)}; };
+    float* dout = A->poisoned(2);
+    p.call = [&ops, dx, n, squares, dout] { ops.sumInto(dx, n, squares, reinterpret_cast<double*>(dout)); };
+    double want = 0, scale = 0;
+    for (float v : x) {
+        want += squares ? static_cast<double>(v) * v : v;
+        scale += std::fabs(static_cast<double>(v)) * (squares ? std::fabs(v) : 1.0);
+    }
+    // Σ x (signed) can cancel: its error is bounded by the sum of magnitudes, so the relative tolerance scales with it
+    const double tol = squares ? kTolSum : kTolSum * scale / std::max(std::fabs(want), 1e-300);
+    p.check = [=] { return std::vector<Compare>{relScalar("sum", getDouble(A, dout), want, tol)}; };
+    p.outputs = [=] { return Outputs{doubleBits(getDouble(A, dout))}; };
     p.bytes = 4.0 * n;
+    return p;
+}
+
+/** optimizerControl against the host arithmetic it replaced, bit for bit (norm, grad_scale, skip). */
+Prepared optimizerControlCase(Ops& ops, uint64_t seed, double ss0, double ss1, double loss, double count, bool lossBad,
+                              float clip, float lossScale) {
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    float* dsums = A->poisoned(4);
+    float* dloss = A->poisoned(2);
+    float* dnorm = A->poisoned(2);
+    AdamWArgs base{};
+    base.lr = 1e-3f, base.beta1 = 0.9f, base.beta2 = 0.999f, base.eps = 1e-8f, base.weight_decay = 0.1f;
+    base.bias_correction1 = 0.1f, base.bias_correction2 = 0.001f, base.grad_scale = 7.f;
+    const AdamWFactors f0 = adamwFactors(base);
+    constexpr int kF = sizeof(AdamWFactors) / sizeof(float);
+    float* dfac = A->put(std::vector<float>(reinterpret_cast<const float*>(&f0), reinterpret_cast<const float*>(&f0) + kF));
+    putDouble(ops, dsums, ss0);
+    putDouble(ops, dsums + 2, ss1);
+    putDouble(ops, dloss, loss);
+    p.call = [&ops, dsums, dloss, count, lossBad, clip, lossScale, dfac, dnorm] {
+        OptimizerControlArgs a{};
+        a.sums = reinterpret_cast<const double*>(dsums);
+        a.nsums = 2;
+        a.loss_sum = reinterpret_cast<const double*>(dloss);
+        a.loss_count = count;
+        a.loss_bad = lossBad;
+        a.clip = clip;
+        a.loss_scale = lossScale;
+        a.factors = reinterpret_cast<AdamWFactors*>(dfac);
+        a.norm = reinterpret_cast<double*>(dnorm);
+        ops.optimizerControl(a);
+    };
+    // The host code this replaced (TrainerRuntime::optimizerStep before 2026-12-02), literally.
+    double ss = ss0;
+    ss += ss1;
+    const double norm = std::sqrt(ss) / lossScale;
+    const bool lossNonfinite = count > 0 && !std::isfinite(static_cast<float>(loss / count));
+    const bool skip = !std::isfinite(norm) || lossBad || lossNonfinite;
+    float gs = clip > 0.f && norm > clip ? static_cast<float>(clip / (norm + 1e-6)) : 1.f;
+    gs /= lossScale;
+    p.check = [=] {
+        const double gotNorm = getDouble(A, dnorm);
+        const std::vector<float> f = A->get(dfac, kF);
+        AdamWFactors got;
+        std::memcpy(&got, f.data(), sizeof got);
+        const auto halves = [](double v) {
+            std::vector<float> f(2);
+            std::memcpy(f.data(), &v, sizeof v);
+            return f;
+        };
+        std::vector<Compare> c{bits("norm (double bits)", halves(gotNorm), halves(norm)),
+                               bits("skip", {got.skip}, {skip ? 1.f : 0.f}),
+                               bits("step (untouched)", {got.step}, {f0.step})};
+        if (!skip) c.push_back(bits("grad_scale", {got.grad_scale}, {gs}));
+        return c;
+    };
     return p;
 }
 
@@ -1117,6 +1194,29 @@ Prepared sumRanksCase(Ops& ops, uint64_t seed, int ranks, int64_t n) {
     return p;
 }
 
+/** A skipped AdamW leaves p, m and v bit for bit. */
+Prepared adamwSkipCase(Ops& ops, uint64_t seed, int64_t n) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> p0 = uniform(rng, n, -1, 1), g = uniform(rng, n, -0.1, 0.1), m0 = uniform(rng, n, -0.05, 0.05),
+                             v0 = uniform(rng, n, 1e-6, 1e-2);
+    AdamWArgs args{};
+    args.lr = 1e-2f, args.beta1 = 0.9f, args.beta2 = 0.999f, args.eps = 1e-8f, args.weight_decay = 0.1f;
+    args.bias_correction1 = 0.5f, args.bias_correction2 = 0.01f, args.grad_scale = 1.f;
+    AdamWFactors f = adamwFactors(args);
+    f.skip = 1.f;
+    constexpr int kF = sizeof(AdamWFactors) / sizeof(float);
+    const float* df = A->put(std::vector<float>(reinterpret_cast<const float*>(&f), reinterpret_cast<const float*>(&f) + kF));
+    float *dp = A->put(p0), *dm = A->put(m0), *dv = A->put(v0);
+    const float* dg = A->put(g);
+    p.call = [&ops, dp, dg, dm, dv, n, df] { ops.adamw(dp, dg, dm, dv, n, reinterpret_cast<const AdamWFactors*>(df), true); };
+    p.check = [=] {
+        return std::vector<Compare>{bits("p", A->get(dp, n), p0), bits("m", A->get(dm, n), m0), bits("v", A->get(dv, n), v0)};
+    };
+    return p;
+}
+
 Prepared adamwCase(Ops& ops, uint64_t seed, int64_t n, int step, float weightDecay, float gradScale) {
     Rng rng(seed);
     Prepared p = start(ops);
@@ -1135,7 +1235,13 @@ Prepared adamwCase(Ops& ops, uint64_t seed, int64_t n, int step, float weightDec
     args.grad_scale = gradScale;
     float *dp = A->put(p0), *dm = A->put(m0), *dv = A->put(v0);
     const float* dg = A->put(g);
-    p.call = [&ops, dp, dg, dm, dv, n, args] { ops.adamw(dp, dg, dm, dv, n, args); };
+    const AdamWFactors f = adamwFactors(args);
+    constexpr int kF = sizeof(AdamWFactors) / sizeof(float);
+    const float* df = A->put(std::vector<float>(reinterpret_cast<const float*>(&f), reinterpret_cast<const float*>(&f) + kF));
+    const bool decayed = weightDecay != 0.f;
+    p.call = [&ops, dp, dg, dm, dv, n, df, decayed] {
+        ops.adamw(dp, dg, dm, dv, n, reinterpret_cast<const AdamWFactors*>(df), decayed);
+    };
     // The reference uses the float arguments as given.
     const ref::AdamWStep st{args.lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.bias_correction1,
                             args.bias_correction2, args.grad_scale};
@@ -1166,8 +1272,8 @@ Prepared mseCase(Ops& ops, uint64_t seed, int64_t n) {
     const float scale = static_cast<float>(1.0 / n);
     const float *dy = A->put(y), *dt = A->put(t);
     float* dd = A->poisoned(n);
-    auto loss = std::make_shared<double>(std::numeric_limits<double>::quiet_NaN());
-    p.call = [&ops, dy, dt, n, scale, dd, loss] { *loss = ops.mse(dy, dt, n, scale, dd); };
+    float* dloss = A->poisoned(2);
+    p.call = [&ops, dy, dt, n, scale, dd, dloss] { ops.mse(dy, dt, n, scale, dd, reinterpret_cast<double*>(dloss)); };
     double want = 0;
     Vec wantD(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
@@ -1177,10 +1283,10 @@ Prepared mseCase(Ops& ops, uint64_t seed, int64_t n) {
     }
     p.check = [=] {
         // The loss: f32 differences squared in double, so its relative error is about 2⁻²³ (not 1e-16).
-        return std::vector<Compare>{relScalar("loss", *loss, want, 1e-6), nmax("dy", A->get(dd, n), wantD, kTolLoss)};
+        return std::vector<Compare>{relScalar("loss", getDouble(A, dloss), want, 1e-6), nmax("dy", A->get(dd, n), wantD, kTolLoss)};
     };
     p.outputs = [=] {
-        return Outputs{A->get(dd, n), doubleBits(*loss)};
+        return Outputs{A->get(dd, n), doubleBits(getDouble(A, dloss))};
     };
     p.bytes = 12.0 * n;
     return p;
@@ -1657,7 +1763,9 @@ std::vector<Case> allCases() {
         add("scale", format("n=%lld", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
             [=](Ops& o, uint64_t s) { return scaleCase(o, s, n); });
         add("sumOfSquares", format("n=%lld", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
-            [=](Ops& o, uint64_t s) { return sumOfSquaresCase(o, s, n); });
+            [=](Ops& o, uint64_t s) { return sumIntoCase(o, s, n, true); });
+        add("sumInto", format("n=%lld (sum)", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return sumIntoCase(o, s, n, false); });
         add("mse", format("n=%lld", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
             [=](Ops& o, uint64_t s) { return mseCase(o, s, n); });
         add("adamw", format("n=%lld step=1 wd=0.1", static_cast<long long>(n)), DTYPE_F32, "-", NEED_TRAINING, false,
@@ -1666,7 +1774,25 @@ std::vector<Case> allCases() {
             [=](Ops& o, uint64_t s) { return adamwCase(o, s, n, 10, 0.f, 0.5f); });
     }
     add("sumOfSquares", "n=1048576", DTYPE_F32, "-", NEED_TRAINING, false,
-        [=](Ops& o, uint64_t s) { return sumOfSquaresCase(o, s, 1 << 20); });
+        [=](Ops& o, uint64_t s) { return sumIntoCase(o, s, 1 << 20, true); });
+    // the optimizer's decision: clipped, unclipped, loss-scaled, skipped on an infinite norm, a bad loss flag, a NaN
+    // loss, a loss that overflows float, nothing counted
+    struct ControlCase { const char* name; double ss0, ss1, loss, count; bool bad; float clip, scale; };
+    const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+    for (const ControlCase& c : {ControlCase{"clipped", 3.7, 0.25, 12.0, 4.0, false, 1.f, 1.f},
+                                 ControlCase{"unclipped", 0.04, 0.0, 1.0, 1.0, false, 1.f, 1.f},
+                                 ControlCase{"no clip, loss scale 2^16", 1.3e9, 2.0e8, 5.0, 2.0, false, 0.f, 65536.f},
+                                 ControlCase{"clipped, loss scale 2^10", 9.0e6, 1.0, 5.0, 2.0, false, 0.5f, 1024.f},
+                                 ControlCase{"infinite norm: skip", inf, 1.0, 1.0, 1.0, false, 1.f, 1.f},
+                                 ControlCase{"host's bad loss: skip", 1.0, 1.0, 1.0, 1.0, true, 1.f, 1.f},
+                                 ControlCase{"NaN loss: skip", 1.0, 1.0, nan, 1.0, false, 1.f, 1.f},
+                                 ControlCase{"loss past float: skip", 1.0, 1.0, 1e39, 1.0, false, 1.f, 1.f},
+                                 ControlCase{"nothing counted", 1.0, 1.0, 0.0, 0.0, false, 1.f, 1.f}})
+        add("optimizerControl", c.name, DTYPE_F32, "-", NEED_TRAINING, false, [=](Ops& o, uint64_t s) {
+            return optimizerControlCase(o, s, c.ss0, c.ss1, c.loss, c.count, c.bad, c.clip, c.scale);
+        });
+    add("adamw", "n=100003 skipped", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return adamwSkipCase(o, s, 100003); });
     add("adamw", "n=16777216 step=10 wd=0.1", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return adamwCase(o, s, 1 << 24, 10, 0.1f, 1.f); });
     for (int vocab : {37, 1000})
@@ -1709,7 +1835,7 @@ std::vector<Case> allCases() {
           [](Ops& o, uint64_t s) { return scanCase(o, s, 3, 64, 160, 16, true, 16, DTYPE_F32); });
     train("selectiveScanBackward", "B=3 T=64 C=160 N=16 ckpt/16",
           [](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 3, 64, 160, 16, 16); });
-    train("sumOfSquares", "n=1048576", [](Ops& o, uint64_t s) { return sumOfSquaresCase(o, s, 1 << 20); });
+    train("sumOfSquares", "n=1048576", [](Ops& o, uint64_t s) { return sumIntoCase(o, s, 1 << 20, true); });
     train("adamw", "n=262147 step=10", [](Ops& o, uint64_t s) { return adamwCase(o, s, 262147, 10, 0.1f, 1.f); });
     train("mse", "n=1048576", [](Ops& o, uint64_t s) { return mseCase(o, s, 1 << 20); });
     train("crossEntropy", "rows=64 vocab=1000 dlogits=logits",

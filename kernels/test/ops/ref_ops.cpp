@@ -1,6 +1,7 @@
 // A deliberately plain backend in f32 loops (host memory, one thread): `op_test --backend ref` runs the
 // whole table on it. It exists to prove the harness — that the cases, layouts and tolerances are right for
 // a straightforward f32 implementation of ops.h — independently of the real backends.
+#include "ops/optimizer_control.h"
 #include "op_test.h"
 #include "core/errors.h"
 #include "core/sampling.h"
@@ -525,28 +526,33 @@ public:
     void scale(float* x, int64_t n, float s) override {
         for (int64_t i = 0; i < n; ++i) x[i] *= s;
     }
-    double sumOfSquares(const float* x, int64_t n) override {
+    void sumInto(const float* x, int64_t n, bool squares, double* out) override {
         double s = 0;
-        for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-        return s;
+        for (int64_t i = 0; i < n; ++i) s += squares ? static_cast<double>(x[i]) * x[i] : x[i];
+        *out = s;
     }
-    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWArgs& a) override {
+    void optimizerControl(const OptimizerControlArgs& a) override {
+        decideOptimizerStep(a.sums, a.nsums, a.loss_sum, a.loss_count, a.loss_bad, a.clip, a.loss_scale, a.factors,
+                            a.norm);
+    }
+    void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) override {
+        if (f->skip != 0.f) return;
         for (int64_t i = 0; i < n; ++i) {
-            const float gi = g[i] * a.grad_scale;
-            p[i] *= 1.f - a.lr * a.weight_decay;
-            m[i] = a.beta1 * m[i] + (1.f - a.beta1) * gi;
-            v[i] = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
-            p[i] -= a.lr / a.bias_correction1 * m[i] / (std::sqrt(v[i]) / std::sqrt(a.bias_correction2) + a.eps);
+            const float gi = g[i] * f->grad_scale;
+            p[i] *= f->decay[decayed ? 0 : 1];
+            m[i] = f->beta1 * m[i] + f->c1 * gi;
+            v[i] = f->beta2 * v[i] + f->c2 * gi * gi;
+            p[i] -= f->step * m[i] / (std::sqrt(v[i]) * f->inv_sqrt_bc2 + f->eps);
         }
     }
-    double mse(const float* y, const float* t, int64_t n, float scale, float* dy) override {
+    void mse(const float* y, const float* t, int64_t n, float scale, float* dy, double* out) override {
         double s = 0;
         for (int64_t i = 0; i < n; ++i) {
             const float e = y[i] - t[i];
             dy[i] = scale * 2.f * e;
             s += static_cast<double>(e) * e;
         }
-        return s;
+        *out = s;
     }
     void crossEntropy(const CrossEntropyArgs& a) override {
         for (int64_t r = 0; r < a.rows; ++r) {

@@ -153,6 +153,7 @@ public final class Trainer implements AutoCloseable {
             guard.run(() -> {
                 applyAdamW(adamW, decay);
                 peer.setClipGradNorm((float) b.clip);
+                peer.setStepGraphs(b.stepGraphs);
                 if (b.lossScaler != null) {
                     try (org.mamba4j.nativ.LossScalerConfig c = new org.mamba4j.nativ.LossScalerConfig()) {
                         c.enabled(true).init_scale((float) b.lossScaler.initScale())
@@ -617,6 +618,29 @@ public final class Trainer implements AutoCloseable {
         return guard.get(peer::learningRate);
     }
 
+    /**
+     * Whole-step CUDA graphs: {@link #stepMse} and {@link #stepTokens} with {@code apply} run forward, loss, backward,
+     * clipping and AdamW as one captured graph from their second call with the same settings, bit-identical to the
+     * eager step (ignored on the CPU; steps with a start state, state gradients or an end-state gradient run
+     * eagerly). If a capture ever fails the trainer turns them off and {@link #stepGraphsOffReason} says why.
+     */
+    public void setStepGraphs(boolean on) {
+        guard.run(() -> peer.setStepGraphs(on));
+    }
+
+    /** Whether whole-step graphs are on (see {@link #setStepGraphs}). */
+    public boolean stepGraphs() {
+        return guard.get(() -> peer.stepGraphs());
+    }
+
+    /** Why whole-step graphs turned themselves off, or the empty string. */
+    public String stepGraphsOffReason() {
+        return guard.get(() -> {
+            org.bytedeco.javacpp.BytePointer reason = peer.stepGraphsOffReason();
+            return reason == null ? "" : reason.getString();  // an empty std::string comes back as null
+        });
+    }
+
     /** Changes the learning rate from the next optimizer step on (for hand-made schedules). */
     public void setLearningRate(double lr) {
         AdamW next = adamW.learningRate(lr);  // validates lr
@@ -891,6 +915,7 @@ public final class Trainer implements AutoCloseable {
         private long headSeed = 0;
         private AdamW adamW = AdamW.defaults();
         private double clip = 0;
+        private boolean stepGraphs = false;
         private LearningRateSchedule schedule;
         private GemmMode gemmMode;
         private LossScaler lossScaler;
@@ -938,6 +963,12 @@ public final class Trainer implements AutoCloseable {
         }
 
         /** Clips the global gradient norm to {@code maxNorm} before each optimizer step; 0 (default) disables. */
+        /** Whole-step CUDA graphs for stepMse / stepTokens (see {@link Trainer#setStepGraphs}); off by default. */
+        public Builder stepGraphs(boolean on) {
+            this.stepGraphs = on;
+            return this;
+        }
+
         public Builder clipGradNorm(double maxNorm) {
             if (!(maxNorm >= 0) || Double.isInfinite(maxNorm))
                 throw new IllegalArgumentException("clipGradNorm = " + maxNorm + " must be finite and >= 0");

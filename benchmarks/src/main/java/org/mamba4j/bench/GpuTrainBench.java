@@ -17,7 +17,8 @@ import org.mamba4j.Trainer;
  * loss read back every step) on a CUDA device, or the CPU with argument {@code cpu}, with model-FLOPs utilisation.
  * Prints a markdown table.
  * <pre>java ... org.mamba4j.bench.GpuTrainBench [cuda|cpu] [--only SUBSTRING] [--dtype F32|BF16|F16] [--steps N]
- *     [--warmup N]</pre>
+ *     [--warmup N] [--graphs]</pre>
+ * {@code --graphs} turns on whole-step CUDA graphs ({@link Trainer#setStepGraphs}).
  * {@code --only} matches a case key such as {@code bb-768x24-8x256} (backbone) or {@code lm-768x24-8x2048}.
  * Backbone cases train {@code stepMse} on float inputs; LM cases ({@code lm} in the name: vocabulary 50,280, tied
  * head) train {@code stepTokens} with next-token cross-entropy. MFU = 6 × parameters × tokens / step time /
@@ -47,6 +48,7 @@ public final class GpuTrainBench {
         String only = null;
         List<DType> dtypes = new ArrayList<>();
         int steps = 20, warmup = 3;
+        boolean graphs = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "cpu" -> cpu = true;
@@ -55,6 +57,7 @@ public final class GpuTrainBench {
                 case "--dtype" -> dtypes.add(DType.valueOf(args[++i].toUpperCase(Locale.ROOT)));
                 case "--steps" -> steps = Integer.parseInt(args[++i]);
                 case "--warmup" -> warmup = Integer.parseInt(args[++i]);
+                case "--graphs" -> graphs = true;
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -66,18 +69,18 @@ public final class GpuTrainBench {
         for (Case c : CASES) {
             String label = (c.lm ? "lm-" : "bb-") + c.dModel + "x" + c.layers + "-" + c.batch + "x" + c.seqLen;
             if (only != null && !label.contains(only)) continue;
-            for (DType dtype : dtypes) run(device, c, dtype, steps, warmup, rng);
+            for (DType dtype : dtypes) run(device, c, dtype, steps, warmup, graphs, rng);
         }
     }
 
-    private static void run(Device device, Case c, DType dtype, int steps, int warmup, Random rng) {
+    private static void run(Device device, Case c, DType dtype, int steps, int warmup, boolean graphs, Random rng) {
         Mamba1Config cfg = Mamba1Config.builder().dModel(c.dModel).layers(c.layers).build();
         MambaModel.Builder mb = MambaModel.builder(cfg).device(device).dtype(dtype).seed(1);
         mb = c.lm ? mb.vocabSize(VOCAB) : mb.inputDim(c.inputDim);
         int n = c.batch * c.seqLen;
         try (MambaModel model = mb.build();
              Trainer t = Trainer.builder(model).batch(c.batch).seqLen(c.seqLen)
-                     .adamW(AdamW.ofLearningRate(1e-4)).clipGradNorm(1.0).build()) {
+                     .adamW(AdamW.ofLearningRate(1e-4)).clipGradNorm(1.0).stepGraphs(graphs).build()) {
             DoubleSupplier step;
             if (c.lm) {
                 int[] ids = new int[n], targets = new int[n];
@@ -93,8 +96,9 @@ public final class GpuTrainBench {
             double med = Timing.medianMs(warmup, steps, step);
             long params = model.parameterCount();
             double mfu = 6.0 * params * n / (med / 1e3) / (PEAK_TFLOPS * 1e12);
-            System.out.printf(Locale.ROOT, "| %s | %s | %d × %d | %.1fM | %.2f | %.0f | %.1f%% |%n", c.name, dtype, c.batch,
-                    c.seqLen, params / 1e6, med, n / (med / 1e3), 100 * mfu);
+            System.out.printf(Locale.ROOT, "| %s | %s%s | %d × %d | %.1fM | %.2f | %.0f | %.1f%% |%n", c.name, dtype,
+                    graphs && !device.isCpu() ? (t.stepGraphsOffReason().isEmpty() ? " graph" : " (graph off: " + t.stepGraphsOffReason() + ")")
+                           : "", c.batch, c.seqLen, params / 1e6, med, n / (med / 1e3), 100 * mfu);
         }
     }
 }
