@@ -33,6 +33,7 @@
 // would have — one kernel launch less per layer.
 #include "kernels.h"
 #include "lowp.cuh"
+#include "lane_load.cuh"
 #include "scan_step.cuh"
 
 #include <algorithm>
@@ -98,24 +99,6 @@ __device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int
                     : dotShare<float, false>(static_cast<const float*>(p.w) + row, x, p.rank, lane, S);
     for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     return acc + (p.bias ? p.bias[d] : 0.f);
-}
-
-/** A lane's NS values of a B or C row: 16-byte loads when VEC (the row, its stride and every lane's states aligned). */
-template <int NS, bool VEC>
-__device__ __forceinline__ void loadStates(const float* p, float (&v)[NS], int n0, int N) {
-    if constexpr (VEC) {
-#pragma unroll
-        for (int i = 0; i < NS; i += 4) {
-            const float4 q = *reinterpret_cast<const float4*>(p + n0 + i);
-            v[i] = q.x;
-            v[i + 1] = q.y;
-            v[i + 2] = q.z;
-            v[i + 3] = q.w;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < NS; ++i) v[i] = n0 + i < N ? p[n0 + i] : 0.f;
-    }
 }
 
 template <int NS, bool FUSE, bool CKPT, bool VEC>
@@ -193,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
         const float du = delta * u;
         const float* Bt = s.bc + r * s.ldbc;
         float bv[NS];
-        loadStates<NS, VEC>(Bt, bv, n0, N);
+        loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
         if (k.mode == kChunkLocal) {
             dsum += delta;
 #pragma unroll
@@ -202,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             continue;
         }
         float cv[NS];
-        loadStates<NS, VEC>(Bt + N, cv, n0, N);
+        loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
         // the step, and the lane's share of y_t = Σ_n h_n·C_t[n] in state order (summed over lanes by shuffles)
         float acc = 0.f;
 #pragma unroll
