@@ -22,33 +22,6 @@ __device__ __forceinline__ float scanUpdate(float h, float a2, float delta, floa
     return fmaf(scanDecay(delta, a2), h, __fmul_rn(du, b));
 }
 
-/** One step of a lane's NS states n = n0 … n0+NS−1 (those < N): h_n ← exp(Δ·A_n)·h_n + Δu·B_t[n]. */
-template <int NS>
-__device__ __forceinline__ void scanStep(float (&h)[NS], const float (&a2)[NS], float delta, float du,
-                                         const float* Bt, int n0, int N) {
-#pragma unroll
-    for (int i = 0; i < NS; ++i)
-        if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, Bt[n0 + i]);
-}
-
-/**
- * scanStep, and the lane's share of y_t = Σ_n h_n·C_t[n] accumulated in state order as each state is
- * updated (the lanes' shares are then summed by shuffles).
- */
-template <int NS>
-__device__ __forceinline__ float scanStepOutput(float (&h)[NS], const float (&a2)[NS], float delta, float du,
-                                                const float* Bt, const float* Ct, int n0, int N) {
-    float acc = 0.f;
-#pragma unroll
-    for (int i = 0; i < NS; ++i) {
-        if (n0 + i < N) {
-            h[i] = scanUpdate(h[i], a2[i], delta, du, Bt[n0 + i]);
-            acc = fmaf(h[i], Ct[n0 + i], acc);
-        }
-    }
-    return acc;
-}
-
 /** Row, channel and state of a flat index over [batch][channels][d_state] (one thread per state element). */
 struct StateIndex {
     int b, d, n;

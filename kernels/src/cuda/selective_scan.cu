@@ -33,6 +33,7 @@
 // would have — one kernel launch less per layer.
 #include "kernels.h"
 #include "lowp.cuh"
+#include "lane_load.cuh"
 #include "scan_step.cuh"
 
 #include <algorithm>
@@ -100,7 +101,7 @@ __device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int
     return acc + (p.bias ? p.bias[d] : 0.f);
 }
 
-template <int NS, bool FUSE, bool CKPT>
+template <int NS, bool FUSE, bool CKPT, bool VEC>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const ScanArgs& s = k.s;
     const int S = k.lanes;
@@ -174,13 +175,26 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
         const float delta = softplusf(dt_raw);
         const float du = delta * u;
         const float* Bt = s.bc + r * s.ldbc;
-        const float* Ct = Bt + N;
+        float bv[NS];
+        loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
         if (k.mode == kChunkLocal) {
             dsum += delta;
-            scanStep<NS>(h, a2, delta, du, Bt, n0, N);
+#pragma unroll
+            for (int i = 0; i < NS; ++i)
+                if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
             continue;
         }
-        float acc = scanStepOutput<NS>(h, a2, delta, du, Bt, Ct, n0, N);
+        float cv[NS];
+        loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
+        // the step, and the lane's share of y_t = Σ_n h_n·C_t[n] in state order (summed over lanes by shuffles)
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < NS; ++i) {
+            if (n0 + i < N) {
+                h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
+                acc = fmaf(h[i], cv[i], acc);
+            }
+        }
         for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
         if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
     }
@@ -236,12 +250,12 @@ void lanesFor(int N, bool wide, int* ns, int* lanes) {
 
 enum class Variant { Plain, FusedDt, Checkpoints };
 
-template <int NS>
+template <int NS, bool VEC>
 void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant v, dim3 grid, dim3 block) {
     switch (v) {
-        case Variant::Plain: launch(name, ex, scanKernel<NS, false, false>, grid, block, 0, k); break;
-        case Variant::FusedDt: launch(name, ex, scanKernel<NS, true, false>, grid, block, 0, k); break;
-        case Variant::Checkpoints: launch(name, ex, scanKernel<NS, false, true>, grid, block, 0, k); break;
+        case Variant::Plain: launch(name, ex, scanKernel<NS, false, false, VEC>, grid, block, 0, k); break;
+        case Variant::FusedDt: launch(name, ex, scanKernel<NS, true, false, VEC>, grid, block, 0, k); break;
+        case Variant::Checkpoints: launch(name, ex, scanKernel<NS, false, true, VEC>, grid, block, 0, k); break;
     }
 }
 
@@ -253,8 +267,12 @@ void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, Variant v) {
                        : k.mode == kChunkLocal ? "selectiveScan chunk states"
                                                : "selectiveScan chunk outputs";
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
-    if (ns == 4) launchNs<4>(name, ex, k, v, grid, block);
-    else launchNs<16>(name, ex, k, v, grid, block);
+    // 16-byte B/C loads when every lane's states exist and the rows are 16-byte aligned (a model's x_proj output)
+    const int N = k.s.d_state;
+    const bool vec = N == ns * k.lanes && reinterpret_cast<uintptr_t>(k.s.bc) % 16 == 0 && k.s.ldbc % 4 == 0 &&
+                     N % 4 == 0;
+    if (ns == 4) vec ? launchNs<4, true>(name, ex, k, v, grid, block) : launchNs<4, false>(name, ex, k, v, grid, block);
+    else vec ? launchNs<16, true>(name, ex, k, v, grid, block) : launchNs<16, false>(name, ex, k, v, grid, block);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

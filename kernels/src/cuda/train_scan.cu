@@ -29,6 +29,7 @@
 // incoming carry G_in; (3) the main kernel runs each group from its G_in. Groups are used only when the
 // (row, channel block) blocks alone would leave the GPU's block slots idle (small batches): the split, and so
 // the last bits of a row's gradients, depend on the batch and the GPU, never on the run.
+#include "lane_load.cuh"
 #include "scan_step.cuh"
 #include "train_kernels.h"
 
@@ -66,24 +67,6 @@ __device__ __forceinline__ void foldHalf(float* v, int off, int wl) {
         const float send = upper ? v[k] : v[k + H];
         const float keep = upper ? v[k + H] : v[k];
         v[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-    }
-}
-
-/** A lane's NS consecutive values at p (p + i for the states that exist; one 16-byte load each 4 when VEC). */
-template <int NS, bool VEC>
-__device__ __forceinline__ void loadLane(const float* p, float (&v)[NS], int n0, int N) {
-    if constexpr (VEC) {
-#pragma unroll
-        for (int i = 0; i < NS; i += 4) {
-            const float4 q = *reinterpret_cast<const float4*>(p + i);
-            v[i] = q.x;
-            v[i + 1] = q.y;
-            v[i + 2] = q.z;
-            v[i + 3] = q.w;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < NS; ++i) v[i] = n0 + i < N ? p[i] : 0.f;
     }
 }
 
@@ -269,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     if (q < cnt) {
                         dtv[q] = dtp[q * E];
                         uv[q] = up[q * E];
-                        loadLane<NS, VEC>(bp + q * ldbc, bv[q], p.n0, N);
+                        loadFloats<NS, VEC>(bp + q * ldbc, bv[q], N - p.n0);
                     }
                 }
 #pragma unroll
@@ -311,7 +294,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     uu[q] = up[q * E];
                     const float du = dl[q] * uu[q];
                     float bv[NS];
-                    loadLane<NS, VEC>(bp + q * ldbc, bv, p.n0, N);
+                    loadFloats<NS, VEC>(bp + q * ldbc, bv, N - p.n0);
 #pragma unroll
                     for (int i = 0; i < NS; ++i)
                         hs[q + 1][i] = (kFull || p.n0 + i < N) ? scanUpdate(hs[q][i], a2[i], dl[q], du, bv[i]) : 0.f;
@@ -322,8 +305,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 if (q >= cnt) continue;
                 const float delta = dl[q], u = uu[q];
                 float bv[NS], cv[NS];
-                loadLane<NS, VEC>(bp + q * ldbc, bv, p.n0, N);
-                loadLane<NS, VEC>(bp + q * ldbc + N, cv, p.n0, N);
+                loadFloats<NS, VEC>(bp + q * ldbc, bv, N - p.n0);
+                loadFloats<NS, VEC>(bp + q * ldbc + N, cv, N - p.n0);
                 const float dout = doutp[q * E];
                 const float z = zp[q * ldz];
                 const float dtr = dtp[q * E];

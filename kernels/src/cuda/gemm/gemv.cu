@@ -14,6 +14,7 @@
 //    kernel, so with programmatic dependent launch their latency hides under the previous kernel's tail.
 #include "gemv.h"
 
+#include "../lane_load.cuh"
 #include "../lowp.cuh"
 #include "mamba/mamba.h"
 
@@ -60,19 +61,7 @@ template <typename W> struct Chunk<W, false> {
 
 template <int N, bool VEC>
 __device__ __forceinline__ void loadX(const float* p, float (&f)[N]) {
-    if constexpr (VEC) {
-#pragma unroll
-        for (int i = 0; i < N; i += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(p + i);
-            f[i] = v.x;
-            f[i + 1] = v.y;
-            f[i + 2] = v.z;
-            f[i + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < N; ++i) f[i] = p[i];
-    }
+    loadFloats<N, VEC>(p, f, N);
 }
 
 /**

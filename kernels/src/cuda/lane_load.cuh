@@ -1,0 +1,26 @@
+// N consecutive floats of a row into registers: 16-byte loads when the caller knows the address is 16-byte aligned and
+// all N exist (VEC), else one load per value with the values past `valid` read as 0. Shared by the decode gemv (x rows)
+// and the scans (a lane's B_t / C_t values).
+#pragma once
+
+namespace mamba::cuda {
+
+template <int N, bool VEC>
+__device__ __forceinline__ void loadFloats(const float* p, float (&v)[N], int valid) {
+    if constexpr (VEC) {
+        static_assert(N % 4 == 0, "16-byte loads take 4 floats at a time");
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const float4 q = *reinterpret_cast<const float4*>(p + i);
+            v[i] = q.x;
+            v[i + 1] = q.y;
+            v[i + 2] = q.z;
+            v[i + 3] = q.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) v[i] = i < valid ? p[i] : 0.f;
+    }
+}
+
+}  // namespace mamba::cuda
