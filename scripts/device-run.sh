@@ -10,7 +10,7 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
-#   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n); trainprof: ncu per-kernel times of one training step
+#   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n, TRAIN_ARGS="--graphs --dtype BF16"); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -37,7 +37,7 @@ for step in $steps; do
             done ;;
     train) # training tokens/s and MFU (issue 12 item 9); TRAIN_ONLY picks cases by substring
            bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda ${TRAIN_ONLY:+--only "$TRAIN_ONLY"} \
-             --steps ${TRAIN_STEPS:-10} 2>&1 | tee "$OUT/train_bench.log" | grep -E '^\|' ;;
+             --steps ${TRAIN_STEPS:-10} ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train_bench.log" | grep -E '^\|' ;;
     trainprof) # per-kernel time of one BF16 training step under ncu (clocks not locked), summed by kernel name
            timeout ${PROF_S:-240} /usr/local/cuda/bin/ncu --target-processes all --clock-control none \
              --metrics gpu__time_duration.sum --csv \

@@ -794,11 +794,12 @@ Vec checkpointsOf(const ref::ScanProblem& p, const ref::ScanResult& r, int chunk
     return v;
 }
 
-Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype, bool bigDt = false) {
+Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype, bool bigDt = false,
+                  bool alignedRows = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype, bigDt);
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype, bigDt, alignedRows ? 4 : 3);
     const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
     const float* xdbl = A->put(s.xdbl);
     const float* xz = A->put(s.xz);
@@ -1724,6 +1725,11 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 512, 1536, 16, true, 0, DTYPE_F32); });
     add("selectiveScan", "B=8 T=1 C=1536 N=16 (decode)", DTYPE_F32, "-", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1, 1536, 16, false, 0, DTYPE_F32); });
+    // batched decode of the 130m and 2.8b shapes, rows aligned like a model's x_proj output
+    for (int B : {16, 64})
+        for (int C : {1536, 5120})
+            add("selectiveScan", format("B=%d T=1 C=%d N=16 (batched decode) aligned rows", B, C), DTYPE_F32, "-", NEED_NONE, true,
+                [=](Ops& o, uint64_t s) { return scanCase(o, s, B, 1, C, 16, false, 0, DTYPE_F32, false, true); });
     add("selectiveScan", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 4, 256, 1536, 16, false, 64, DTYPE_F32); });
     for (int T : {1, 7, 64, 300})

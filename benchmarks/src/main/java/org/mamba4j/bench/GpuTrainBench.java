@@ -9,17 +9,20 @@ import org.mamba4j.AdamW;
 import org.mamba4j.DType;
 import org.mamba4j.Device;
 import org.mamba4j.Mamba1Config;
+import org.mamba4j.Mamba3Config;
 import org.mamba4j.MambaModel;
+import org.mamba4j.ModelConfig;
 import org.mamba4j.Trainer;
 
 /**
- * Mamba-1 training step time (forward + backward + clip 1.0 + AdamW; inputs/targets or ids copied from the host,
+ * Mamba-1 (and Mamba-3 LM: keys {@code m3lm-…}, official mixer defaults) training step time (forward + backward + clip 1.0 + AdamW; inputs/targets or ids copied from the host,
  * loss read back every step) on a CUDA device, or the CPU with argument {@code cpu}, with model-FLOPs utilisation.
  * Prints a markdown table.
  * <pre>java ... org.mamba4j.bench.GpuTrainBench [cuda|cpu] [--only SUBSTRING] [--dtype F32|BF16|F16] [--steps N]
  *     [--warmup N] [--graphs]</pre>
  * {@code --graphs} turns on whole-step CUDA graphs ({@link Trainer#setStepGraphs}).
- * {@code --only} matches a case key such as {@code bb-768x24-8x256} (backbone) or {@code lm-768x24-8x2048}.
+ * {@code --only} matches a case key such as {@code bb-768x24-8x256} (backbone) or {@code lm-768x24-8x2048};
+ * the Mamba-3 cases ({@code m3lm-768x24-8x2048}) run only when {@code --only} names them.
  * Backbone cases train {@code stepMse} on float inputs; LM cases ({@code lm} in the name: vocabulary 50,280, tied
  * head) train {@code stepTokens} with next-token cross-entropy. MFU = 6 × parameters × tokens / step time /
  * {@value #PEAK_TFLOPS} TFLOP/s (the H200's dense bf16 rate measured by a cuBLAS GEMM; the F32 rows use the same
@@ -29,7 +32,20 @@ public final class GpuTrainBench {
     static final double PEAK_TFLOPS = 780;
     private static final int VOCAB = 50_280;
 
-    private record Case(String name, int dModel, int layers, int inputDim, int batch, int seqLen, boolean lm) {}
+    private record Case(String name, int dModel, int layers, int inputDim, int batch, int seqLen, boolean lm, boolean mamba3) {
+        Case(String name, int dModel, int layers, int inputDim, int batch, int seqLen, boolean lm) {
+            this(name, dModel, layers, inputDim, batch, seqLen, lm, false);
+        }
+
+        String key() {
+            return (mamba3 ? "m3lm-" : lm ? "lm-" : "bb-") + dModel + "x" + layers + "-" + batch + "x" + seqLen;
+        }
+
+        ModelConfig config() {
+            return mamba3 ? Mamba3Config.builder().dModel(dModel).layers(layers).build()
+                          : Mamba1Config.builder().dModel(dModel).layers(layers).build();
+        }
+    }
 
     private static final Case[] CASES = {
         new Case("default 128×3", 128, 3, 32, 16, 64, false),
@@ -41,6 +57,8 @@ public final class GpuTrainBench {
         new Case("130m lm 768×24", 768, 24, 0, 8, 256, true),
         new Case("130m lm 768×24", 768, 24, 0, 8, 2048, true),
         new Case("2048×48 lm", 2048, 48, 0, 8, 2048, true),
+        new Case("mamba-3 lm 768×24", 768, 24, 0, 8, 256, true, true),
+        new Case("mamba-3 lm 768×24", 768, 24, 0, 8, 2048, true, true),
     };
 
     public static void main(String[] args) {
@@ -67,15 +85,14 @@ public final class GpuTrainBench {
         System.out.println("|---|---|---|---:|---:|---:|---:|");
         Random rng = new Random(3);
         for (Case c : CASES) {
-            String label = (c.lm ? "lm-" : "bb-") + c.dModel + "x" + c.layers + "-" + c.batch + "x" + c.seqLen;
-            if (only != null && !label.contains(only)) continue;
+            // Mamba-3 cases only when asked for by name ("m3lm"), so that "lm-768x24" means the Mamba-1 LM alone
+            if (c.mamba3 != (only != null && only.contains("m3")) || (only != null && !c.key().contains(only))) continue;
             for (DType dtype : dtypes) run(device, c, dtype, steps, warmup, graphs, rng);
         }
     }
 
     private static void run(Device device, Case c, DType dtype, int steps, int warmup, boolean graphs, Random rng) {
-        Mamba1Config cfg = Mamba1Config.builder().dModel(c.dModel).layers(c.layers).build();
-        MambaModel.Builder mb = MambaModel.builder(cfg).device(device).dtype(dtype).seed(1);
+        MambaModel.Builder mb = MambaModel.builder(c.config()).device(device).dtype(dtype).seed(1);
         mb = c.lm ? mb.vocabSize(VOCAB) : mb.inputDim(c.inputDim);
         int n = c.batch * c.seqLen;
         try (MambaModel model = mb.build();
