@@ -37,7 +37,6 @@
 #include "scan_step.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -319,9 +318,7 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
     if (!p.chunked || s.steps < 2) {
         p.chunked = false;
         p.chunk = s.steps;
-        // EXPERIMENT: batched decode in the wide layout once the narrow one has more threads than the GPU holds
-        static const bool wideDecode = [] { const char* e = std::getenv("MAMBA_DECODE_SCAN"); return e && std::string(e) == "wide"; }();
-        lanesFor(s.d_state, s.steps >= 32 || (wideDecode && static_cast<int64_t>(s.batch) * s.channels * 4 >= fill), &p.ns, &p.lanes);
+        lanesFor(s.d_state, s.steps >= 32, &p.ns, &p.lanes);
         return p;
     }
     p.ns = ns;
