@@ -701,13 +701,28 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
         }
         __syncthreads();
     }
+    // The gate's backward, one (t, p) element per thread and pass (all threads: a walk over t per p left 3/4 of
+    // the block waiting at the next barrier). The inputs of kGateBatch elements are loaded before any store.
     const int64_t blk = blockIdx.x;
     float pdacc = 0.f;
-    for (int p = tid; p < P; p += kThreads) {
-        float pw = 0.f;
-        for (int t = 0; t < len; ++t) {
-            const float z = s.proj[(r0 + t) * s.ldproj + o.z + hP + p];
-            const float dout = a.dout[(r0 + t) * a.lddout + hP + p];
+    float* pwTerm = M;  // [64][kLdS]: eg·ŷ per (t, p) for the gate-norm weight's sum over t (M is free by now)
+    constexpr int kGateBatch = 4;
+    for (int base = tid; base < len * P; base += kThreads * kGateBatch) {
+        float zv[kGateBatch], dv[kGateBatch];
+#pragma unroll
+        for (int u = 0; u < kGateBatch; ++u) {
+            const int idx = base + u * kThreads;
+            if (idx >= len * P) break;
+            const int t = idx / P, p = idx - t * P;
+            zv[u] = s.proj[(r0 + t) * s.ldproj + o.z + hP + p];
+            dv[u] = a.dout[(r0 + t) * a.lddout + hP + p];
+        }
+#pragma unroll
+        for (int u = 0; u < kGateBatch; ++u) {
+            const int idx = base + u * kThreads;
+            if (idx >= len * P) break;
+            const int t = idx / P, p = idx - t * P;
+            const float z = zv[u], dout = dv[u];
             const float y = Y[t * ldp + p];
             const float sz = m3::sigmoidf(z), silu = z * sz, dsilu = sz * (1.f + z * (1.f - sz));
             float dy, dz;
@@ -718,7 +733,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
                 const float rho = sc.red[2 * t], mean = rho * (sc.red[2 * t + 1] / static_cast<float>(P));
                 const float wg = s.gate_norm[hP + p], yh = y * rho, eg = dout * silu;
                 dz = dout * yh * wg * dsilu;
-                pw = fmaf(eg, yh, pw);
+                pwTerm[t * kLdS + p] = eg * yh;
                 dy = rho * (wg * eg - yh * mean);
             }
             a.dproj[(r0 + t) * a.lddproj + o.z + hP + p] = dz;
@@ -726,7 +741,14 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
             ws[bg.dy + (blk * kQ + t) * P + p] = dy;
             pdacc = fmaf(dy, X[t * ldp + p], pdacc);
         }
-        if (s.gate_norm) ws[bg.pw + blk * P + p] = pw;
+    }
+    if (s.gate_norm) {  // Σ_t eg·ŷ per p, in step order
+        __syncthreads();
+        for (int p = tid; p < P; p += kThreads) {
+            float pw = 0.f;
+            for (int t = 0; t < len; ++t) pw += pwTerm[t * kLdS + p];
+            ws[bg.pw + blk * P + p] = pw;
+        }
     }
     pdacc = blockSum(pdacc, red);
     if (tid == 0) {
