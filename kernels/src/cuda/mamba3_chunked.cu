@@ -39,6 +39,10 @@ namespace {
 
 constexpr int kQ = kMamba3Chunk;  // steps per chunk (64: the product tiles below assume it)
 constexpr int kThreads = 256;     // 16 × 16 threads, 4 × 4 outputs each: one 64 × 64 tile
+// The backward's dy and grads kernels: 32 × 16 threads, 2 × 4 outputs each. Their shared memory (148 / 194 KB)
+// allows one block per SM, so the threads of that block are all the warps an SM has to hide latency: 512 instead of
+// 256 made them 18% faster on the H200 (docs/benchmarks.md).
+constexpr int kBwdThreads = 512;
 constexpr int kLdS = kQ + 4;      // row stride of step-indexed rows (≡ 4 mod 32: no bank conflicts)
 constexpr int kScal = 8 * kQ;     // per-step scalars: γ, Δ(1−σ), c, weight, 1/rms of B and C, the gate norm's ρ
 
@@ -59,17 +63,22 @@ struct Ckpt {
     int chunks;
 };
 
-/** acc[i][j] += Σ_k A[(ty + 16i)·lda + k]·B[(tx + 16j)·ldb + k] over k < K (K a multiple of 4, rows 16-byte aligned). */
-__device__ __forceinline__ void mmNT(float (&acc)[4][4], const float* A, int lda, const float* B, int ldb, int K, int ty, int tx) {
+/**
+ * acc[i][j] += Σ_k A[(ty + S·i)·lda + k]·B[(tx + 16j)·ldb + k] over k < K (K a multiple of 4, rows 16-byte aligned),
+ * S = 64 / RI: a 64 × 64 tile over 16 × (64 / RI) threads (RI = 4 for 256 threads, 2 for 512).
+ */
+template <int RI>
+__device__ __forceinline__ void mmNT(float (&acc)[RI][4], const float* A, int lda, const float* B, int ldb, int K, int ty, int tx) {
+    constexpr int S = 64 / RI;
 #pragma unroll 2
     for (int k = 0; k < K; k += 4) {
-        float4 a[4], b[4];
+        float4 a[RI], b[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(A + (ty + 16 * i) * lda + k);
+        for (int i = 0; i < RI; ++i) a[i] = *reinterpret_cast<const float4*>(A + (ty + S * i) * lda + k);
 #pragma unroll
         for (int j = 0; j < 4; ++j) b[j] = *reinterpret_cast<const float4*>(B + (tx + 16 * j) * ldb + k);
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < RI; ++i)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
@@ -80,15 +89,17 @@ __device__ __forceinline__ void mmNT(float (&acc)[4][4], const float* A, int lda
     }
 }
 
-__device__ __forceinline__ void zeroAcc(float (&acc)[4][4]) {
+template <int RI>
+__device__ __forceinline__ void zeroAcc(float (&acc)[RI][4]) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < RI; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 }
 
+template <int NT = kThreads>
 __device__ __forceinline__ void zeroSmem(float* p, int n) {
-    for (int i = threadIdx.x; i < n; i += kThreads) p[i] = 0.f;
+    for (int i = threadIdx.x; i < n; i += NT) p[i] = 0.f;
 }
 
 /** Shared scalar arrays of a chunk (kScal floats). */
@@ -104,6 +115,7 @@ struct Scal {
  * transposed: xp = kLdS, xi = 1).
  * Ends with a barrier.
  */
+template <int NT = kThreads>
 __device__ void prepChunk(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const Geom& g, int b, int h, int c, int len,
                           float* Q, float* K, bool kTrans, float* Xt, const Scal& sc, float* th, int xp = kLdS, int xi = 1) {
     const int N = g.N, P = g.P, NA = g.NA, pairs = (N + 1) / 2;
@@ -111,7 +123,7 @@ __device__ void prepChunk(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t r0 = static_cast<int64_t>(b) * s.steps + static_cast<int64_t>(c) * kQ;
     const int64_t hP = static_cast<int64_t>(h) * P;
-    for (int i = warp; i < len; i += kThreads / 32) {
+    for (int i = warp; i < len; i += NT / 32) {
         const float* row = s.proj + (r0 + i) * s.ldproj;
         const float rsB = m3::rmsInv(row + o.b + static_cast<int64_t>(grp) * N, N);
         const float rsC = m3::rmsInv(row + o.c + static_cast<int64_t>(grp) * N, N);
@@ -124,24 +136,24 @@ __device__ void prepChunk(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const
             sc.rs[2 * i + 1] = rsC;
         }
     }
-    for (int idx = tid; idx < len * P; idx += kThreads) {
+    for (int idx = tid; idx < len * P; idx += NT) {
         const int i = idx / P, p = idx - i * P;
         Xt[p * xp + i * xi] = s.proj[(r0 + i) * s.ldproj + o.x + hP + p];
     }
-    for (int idx = tid; idx < len * NA; idx += kThreads) {
+    for (int idx = tid; idx < len * NA; idx += NT) {
         const int i = idx / NA, m = idx - i * NA;
         const float* row = s.proj + (r0 + i) * s.ldproj;
         th[idx] = m3::angleStep(row[o.angle + m], softplusf(row[o.dt + h] + s.dt_bias[h]));
     }
     __syncthreads();
-    for (int m = tid; m < NA; m += kThreads) {  // the local chains, one thread per angle
+    for (int m = tid; m < NA; m += NT) {  // the local chains, one thread per angle
         float phi = 0.f;
         for (int i = 0; i < len; ++i) {
             phi = m3::advanceAngle(phi, th[i * NA + m]);
             th[i * NA + m] = phi;
         }
     }
-    if (tid == kThreads - 1) {  // c_t (NA ≤ 128 < kThreads − 1: not one of the angle threads)
+    if (tid == NT - 1) {  // c_t (NA ≤ 128 < NT − 1: not one of the angle threads)
         float acc = 0.f;
         for (int i = 0; i < len; ++i) {
             acc = __fadd_rn(acc, sc.cum[i]);
@@ -149,7 +161,7 @@ __device__ void prepChunk(const Mamba3ScanArgs& s, const Mamba3Offsets& o, const
         }
     }
     __syncthreads();
-    for (int idx = tid; idx < len * pairs; idx += kThreads) {
+    for (int idx = tid; idx < len * pairs; idx += NT) {
         const int i = idx / pairs, m = idx - i * pairs;
         const float* row = s.proj + (r0 + i) * s.ldproj;
         const m3::PairStep ps = m3::buildPair(s, row + o.b + static_cast<int64_t>(grp) * N, row + o.c + static_cast<int64_t>(grp) * N,
@@ -537,31 +549,34 @@ BGeom bgeomOf(const Mamba3ScanArgs& s) {
     return bg;
 }
 
-/** acc[i][j] += Σ_k A[(ty + 16i)·ar + k·ak]·B[(tx + 16j)·br + k·bk] over k < K (scalar loads, any strides). */
-__device__ __forceinline__ void mmG(float (&acc)[4][4], const float* A, int ar, int ak, const float* B, int br, int bk, int K,
+/** acc[i][j] += Σ_k A[(ty + S·i)·ar + k·ak]·B[(tx + 16j)·br + k·bk] over k < K (scalar loads, any strides; S as mmNT's). */
+template <int RI>
+__device__ __forceinline__ void mmG(float (&acc)[RI][4], const float* A, int ar, int ak, const float* B, int br, int bk, int K,
                                     int ty, int tx) {
+    constexpr int S = 64 / RI;
 #pragma unroll 4
     for (int k = 0; k < K; ++k) {
-        float a[4], b[4];
+        float a[RI], b[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) a[i] = A[(ty + 16 * i) * ar + k * ak];
+        for (int i = 0; i < RI; ++i) a[i] = A[(ty + S * i) * ar + k * ak];
 #pragma unroll
         for (int j = 0; j < 4; ++j) b[j] = B[(tx + 16 * j) * br + k * bk];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < RI; ++i)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
 }
 
-/** Σ over the block (warps in order through red[8]); every thread gets the same bits. Contains barriers. */
+/** Σ over the block (warps in order through red[NT / 32]); every thread gets the same bits. Contains barriers. */
+template <int NT>
 __device__ __forceinline__ float blockSum(float v, float* red) {
     v = m3::warpSum(v);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
     __syncthreads();
     float t = 0.f;
-    for (int u = 0; u < kThreads / 32; ++u) t += red[u];
+    for (int u = 0; u < NT / 32; ++u) t += red[u];
     __syncthreads();
     return t;
 }
@@ -591,7 +606,9 @@ __device__ __forceinline__ void foldedPair(const float* ck, const Mamba3Offsets&
     }
 }
 
-__global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws) {
+__global__ void __launch_bounds__(kBwdThreads, 1) m3BwdDyKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws) {
+    constexpr int NT = kBwdThreads;
+    constexpr int kTy = NT / 16, kRI = 64 / kTy;  // thread rows of a 64 × 64 tile, rows per thread
     extern __shared__ float4 sm4[];
     float* sm = reinterpret_cast<float*>(sm4);
     const Mamba3ScanArgs& s = a.fwd;
@@ -610,27 +627,27 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     float* th = scp + kScal;          // [64][NA]
     float* cth = th + kQ * NA;        // [NA]
     float* sth = cth + NA;            // [NA]
-    float* red = sth + NA;            // [8]
+    float* red = sth + NA;            // [NT / 32]
     const Scal sc(scp);
     pdlWait();
     pdlLaunchDependents();
-    zeroSmem(sm, 2 * kQ * ldn + 2 * kQ * ldp + kQ * kLdS + kQ * ldp);
+    zeroSmem<NT>(sm, 2 * kQ * ldn + 2 * kQ * ldp + kQ * kLdS + kQ * ldp);
     const float* ck = a.checkpoints + (static_cast<int64_t>(b) * C + c) * o.state;
-    for (int m = threadIdx.x; m < NA; m += kThreads) {
+    for (int m = threadIdx.x; m < NA; m += NT) {
         const float t0 = ck[o.theta + static_cast<int64_t>(h) * NA + m];
         cth[m] = cosf(t0);
         sth[m] = sinf(t0);
     }
     __syncthreads();
-    prepChunk(s, o, g, b, h, c, len, Q, K, false, X, sc, th, 1, ldp);
+    prepChunk<NT>(s, o, g, b, h, c, len, Q, K, false, X, sc, th, 1, ldp);
     const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15, warp = tid >> 5, lane = tid & 31;
     {
-        float acc[4][4];
+        float acc[kRI][4];
         zeroAcc(acc);
         mmNT(acc, Q, ldn, K, ldn, g.n4, ty, tx);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int t = ty + 16 * i;
+        for (int i = 0; i < kRI; ++i) {
+            const int t = ty + kTy * i;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int u = tx + 16 * j;
@@ -646,7 +663,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     if (tid < kQ) sc.w[tid] = tid < len ? expf(sc.cum[tid]) : 0.f;
     __syncthreads();  // K has been read
     const int pairs = (N + 1) / 2;
-    for (int idx = tid; idx < kQ * pairs; idx += kThreads) {
+    for (int idx = tid; idx < kQ * pairs; idx += NT) {
         const int p = idx / pairs, m = idx - p * pairs;
         float L0 = 0.f, L1 = 0.f;
         if (p < P) foldedPair(ck, o, h, p, m, N, P, NA, sc.bf[0], cth, sth, L0, L1);
@@ -656,12 +673,12 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     __syncthreads();
     const float dskip = s.d_skip[h];
     {
-        float acc[4][4];
+        float acc[kRI][4];
         zeroAcc(acc);
         mmNT(acc, Q, ldn, K, ldn, g.n4, ty, tx);  // S̃·q_t
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int t = ty + 16 * i;
+        for (int i = 0; i < kRI; ++i) {
+            const int t = ty + kTy * i;
             const float e = sc.w[t];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
@@ -671,8 +688,8 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
         }
         mmG(acc, M, kLdS, 1, X, 1, ldp, len, ty, tx);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int t = ty + 16 * i;
+        for (int i = 0; i < kRI; ++i) {
+            const int t = ty + kTy * i;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int p = tx + 16 * j;
@@ -684,7 +701,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     const int64_t r0 = static_cast<int64_t>(b) * s.steps + static_cast<int64_t>(c) * kQ;
     const int64_t hP = static_cast<int64_t>(h) * P;
     if (s.gate_norm) {  // ρ_t and Σ_p w·e·y, a warp per step
-        for (int t = warp; t < len; t += kThreads / 32) {
+        for (int t = warp; t < len; t += NT / 32) {
             float yy = 0.f, wey = 0.f;
             for (int p = lane; p < P; p += 32) {
                 const float y = Y[t * ldp + p];
@@ -707,11 +724,11 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     float pdacc = 0.f;
     float* pwTerm = M;  // [64][kLdS]: eg·ŷ per (t, p) for the gate-norm weight's sum over t (M is free by now)
     constexpr int kGateBatch = 4;
-    for (int base = tid; base < len * P; base += kThreads * kGateBatch) {
+    for (int base = tid; base < len * P; base += NT * kGateBatch) {
         float zv[kGateBatch], dv[kGateBatch];
 #pragma unroll
         for (int u = 0; u < kGateBatch; ++u) {
-            const int idx = base + u * kThreads;
+            const int idx = base + u * NT;
             if (idx >= len * P) break;
             const int t = idx / P, p = idx - t * P;
             zv[u] = s.proj[(r0 + t) * s.ldproj + o.z + hP + p];
@@ -719,7 +736,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
         }
 #pragma unroll
         for (int u = 0; u < kGateBatch; ++u) {
-            const int idx = base + u * kThreads;
+            const int idx = base + u * NT;
             if (idx >= len * P) break;
             const int t = idx / P, p = idx - t * P;
             const float z = zv[u], dout = dv[u];
@@ -744,25 +761,25 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     }
     if (s.gate_norm) {  // Σ_t eg·ŷ per p, in step order
         __syncthreads();
-        for (int p = tid; p < P; p += kThreads) {
+        for (int p = tid; p < P; p += NT) {
             float pw = 0.f;
             for (int t = 0; t < len; ++t) pw += pwTerm[t * kLdS + p];
             ws[bg.pw + blk * P + p] = pw;
         }
     }
-    pdacc = blockSum(pdacc, red);
+    pdacc = blockSum<NT>(pdacc, red);
     if (tid == 0) {
         ws[bg.pd + blk] = pdacc;
         ws[bg.cl + blk] = sc.cum[len - 1];
     }
-    for (int t = warp; t < kQ; t += kThreads / 32) {  // e_t·dy_t·(S̃ q_t)
+    for (int t = warp; t < kQ; t += NT / 32) {  // e_t·dy_t·(S̃ q_t)
         float v = 0.f;
         for (int p = lane; p < P; p += 32) v = fmaf(Y[t * ldp + p], YS[t * ldp + p], v);
         v = m3::warpSum(v);
         if (lane == 0) ws[bg.y0 + blk * kQ + t] = t < len ? v : 0.f;
     }
     __syncthreads();
-    for (int idx = tid; idx < kQ * P; idx += kThreads) {
+    for (int idx = tid; idx < kQ * P; idx += NT) {
         const int t = idx / P, p = idx - t * P;
         Y[t * ldp + p] = __fmul_rn(Y[t * ldp + p], sc.w[t]);
     }
@@ -771,12 +788,12 @@ __global__ void __launch_bounds__(kThreads) m3BwdDyKernel(Mamba3ScanBackwardArgs
     float* own = ws + blk * P * N;
     for (int pt = 0; pt < g.pr; pt += 64)
         for (int nt = 0; nt < g.nr; nt += 64) {
-            float acc[4][4];
+            float acc[kRI][4];
             zeroAcc(acc);
             mmG(acc, Y + pt, 1, ldp, Q + nt, 1, ldn, len, ty, tx);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int p = pt + ty + 16 * i;
+            for (int i = 0; i < kRI; ++i) {
+                const int p = pt + ty + kTy * i;
                 if (p >= P) continue;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
@@ -832,8 +849,10 @@ __device__ __forceinline__ float ropeBack(float cs, float sn, float d0, float d1
     return d0 * (-sn * x0 - cs * x1) + d1 * (cs * x0 - sn * x1);
 }
 
-__global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws,
-                                                           float* dk, float* dq, float* phi) {
+__global__ void __launch_bounds__(kBwdThreads, 1) m3BwdGradKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws,
+                                                                   float* dk, float* dq, float* phi) {
+    constexpr int NT = kBwdThreads;
+    constexpr int kTy = NT / 16, kRI = 64 / kTy;  // thread rows of a 64 × 64 tile, rows per thread
     extern __shared__ float4 sm4[];
     float* sm = reinterpret_cast<float*>(sm4);
     const Mamba3ScanArgs& s = a.fwd;
@@ -853,29 +872,29 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     float* scp = A2 + kQ * kLdS;      // kScal
     float* th = scp + kScal;          // [64][NA]: φ
     float* dth = th + kQ * NA;        // [64][NA]: dφ per step
-    float* aux = dth + kQ * NA;       // 18·64
+    float* aux = dth + kQ * NA;       // gradAuxFloats(NT)
     float* coef = aux, *rowP = aux + 64, *colE = aux + 128, *F = aux + 192, *qkd = aux + 256, *dxd = aux + 320, *dc = aux + 384;
-    float* colpart = aux + 448;       // [8][64]
-    float* cth = aux + 960;           // [NA ≤ 64]
+    float* colpart = aux + 448;       // [NT / 32][64]
+    float* cth = colpart + NT * 2;    // [NA ≤ 64]
     float* sth = cth + 64;            // [NA]
-    float* red = sth + 64;            // [8] (+ spare)
+    float* red = sth + 64;            // [NT / 32 ≤ 64]
     const Scal sc(scp);
     pdlWait();
     pdlLaunchDependents();
-    zeroSmem(sm, 3 * kQ * ldn + 2 * kQ * ldp);
+    zeroSmem<NT>(sm, 3 * kQ * ldn + 2 * kQ * ldp);
     const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15, warp = tid >> 5, lane = tid & 31;
     const float* ck = a.checkpoints + (static_cast<int64_t>(b) * C + c) * o.state;
-    for (int m = tid; m < NA; m += kThreads) {
+    for (int m = tid; m < NA; m += NT) {
         const float t0 = ck[o.theta + static_cast<int64_t>(h) * NA + m];
         cth[m] = cosf(t0);
         sth[m] = sinf(t0);
     }
     __syncthreads();
-    prepChunk(s, o, g, b, h, c, len, Q, K, false, X, sc, th, 1, ldp);
+    prepChunk<NT>(s, o, g, b, h, c, len, Q, K, false, X, sc, th, 1, ldp);
     const int64_t blk = blockIdx.x;
     const int64_t r0 = static_cast<int64_t>(b) * s.steps + static_cast<int64_t>(c) * kQ;
     const int64_t hP = static_cast<int64_t>(h) * P;
-    for (int idx = tid; idx < len * P; idx += kThreads) {
+    for (int idx = tid; idx < len * P; idx += NT) {
         const int t = idx / P, p = idx - t * P;
         DY[t * ldp + p] = ws[bg.dy + (blk * kQ + t) * P + p];
     }
@@ -897,15 +916,15 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     __syncthreads();
     // QK and DX, the masked weights, the decay statistics
     {
-        float qk[4][4], dx[4][4];
+        float qk[kRI][4], dx[kRI][4];
         zeroAcc(qk);
         zeroAcc(dx);
         mmNT(qk, Q, ldn, K, ldn, g.n4, ty, tx);
         mmNT(dx, DY, ldp, X, ldp, (P + 3) / 4 * 4, ty, tx);
         float cpart[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int t = ty + 16 * i;
+        for (int i = 0; i < kRI; ++i) {
+            const int t = ty + kTy * i;
             float rp = 0.f;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
@@ -938,7 +957,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     }
     // S̃ (local frame) into R
     const int pairs = (N + 1) / 2;
-    for (int idx = tid; idx < P * pairs; idx += kThreads) {
+    for (int idx = tid; idx < P * pairs; idx += NT) {
         const int p = idx / pairs, m = idx - p * pairs;
         float L0, L1;
         foldedPair(ck, o, h, p, m, N, P, NA, sc.bf[0], cth, sth, L0, L1);
@@ -948,21 +967,21 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     __syncthreads();
     if (tid < kQ) {
         float v = 0.f;
-        for (int u = 0; u < kThreads / 32; ++u) v += colpart[u * 64 + tid];
+        for (int u = 0; u < NT / 32; ++u) v += colpart[u * 64 + tid];
         colE[tid] = v;
     }
     // dq_t = e_t·S̃ᵀ dy_t + Σ_s A1[t,s]·k_s (local frame), both n tiles in registers
     {
-        float acc[2][4][4];
+        float acc[2][kRI][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
             zeroAcc(acc[nt]);
             if (nt * 64 >= g.nr) continue;
             mmG(acc[nt], DY, ldp, 1, R + nt * 64, 1, ldn, P, ty, tx);
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < kRI; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[nt][i][j] = __fmul_rn(acc[nt][i][j], sc.w[ty + 16 * i]);
+                for (int j = 0; j < 4; ++j) acc[nt][i][j] = __fmul_rn(acc[nt][i][j], sc.w[ty + kTy * i]);
             mmG(acc[nt], A1, kLdS, 1, K + nt * 64, 1, ldn, len, ty, tx);
         }
         __syncthreads();  // R (S̃) has been read
@@ -970,14 +989,14 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
         for (int nt = 0; nt < 2; ++nt) {
             if (nt * 64 >= g.nr) continue;
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < kRI; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) R[(ty + 16 * i) * ldn + nt * 64 + tx + 16 * j] = acc[nt][i][j];
+                for (int j = 0; j < 4; ++j) R[(ty + kTy * i) * ldn + nt * 64 + tx + 16 * j] = acc[nt][i][j];
         }
     }
     __syncthreads();
     // RoPE backward of dq: dq before the rotation, dφ (first part)
-    for (int idx = tid; idx < len * pairs; idx += kThreads) {
+    for (int idx = tid; idx < len * pairs; idx += NT) {
         const int t = idx / pairs, m = idx - t * pairs, n0 = 2 * m, n1 = 2 * m + 1;
         const bool two = n1 < N;
         const float* row = s.proj + (r0 + t) * s.ldproj;
@@ -1000,7 +1019,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     float e0 = 0.f;
     {
         const float* dse = ws + blk * P * N;
-        for (int idx = tid; idx < P * pairs; idx += kThreads) {
+        for (int idx = tid; idx < P * pairs; idx += NT) {
             const int p = idx / pairs, m = idx - p * pairs, n0 = 2 * m, n1 = 2 * m + 1;
             float L0, L1;
             foldedPair(ck, o, h, p, m, N, P, NA, sc.bf[0], cth, sth, L0, L1);
@@ -1009,17 +1028,17 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
             R[p * ldn + n0] = d0;
             if (n1 < N) R[p * ldn + n1] = d1;
         }
-        for (int idx = tid; idx < (kQ - P) * ldn; idx += kThreads) R[P * ldn + idx] = 0.f;
+        for (int idx = tid; idx < (kQ - P) * ldn; idx += NT) R[P * ldn + idx] = 0.f;
     }
-    e0 = blockSum(e0, red);  // (its barriers also publish R)
+    e0 = blockSum<NT>(e0, red);  // (its barriers also publish R)
     // dx_s = D·dy_s + Σ_t A2[t,s]·dy_t + coef_s·(dS_end k_s); F_s = x_sᵀ dS_end k_s
     {
-        float acc[4][4];
+        float acc[kRI][4];
         zeroAcc(acc);
         mmNT(acc, K, ldn, R, ldn, g.n4, ty, tx);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int sr = ty + 16 * i;
+        for (int i = 0; i < kRI; ++i) {
+            const int sr = ty + kTy * i;
             float f = 0.f;
 #pragma unroll
             for (int j = 0; j < 4; ++j) f = fmaf(X[sr * ldp + tx + 16 * j], acc[i][j], f);
@@ -1032,8 +1051,8 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
         mmG(acc, A2, 1, kLdS, DY, 1, ldp, len, ty, tx);
         const float dskip = s.d_skip[h];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int sr = ty + 16 * i;
+        for (int i = 0; i < kRI; ++i) {
+            const int sr = ty + kTy * i;
             if (sr >= len) continue;
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
@@ -1044,16 +1063,16 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     }
     // dk_s = Σ_t A1[t,s]·q_t + coef_s·(dS_endᵀ x_s)
     {
-        float acc[2][4][4];
+        float acc[2][kRI][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
             zeroAcc(acc[nt]);
             if (nt * 64 >= g.nr) continue;
             mmG(acc[nt], X, ldp, 1, R + nt * 64, 1, ldn, P, ty, tx);
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < kRI; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[nt][i][j] = __fmul_rn(acc[nt][i][j], coef[ty + 16 * i]);
+                for (int j = 0; j < 4; ++j) acc[nt][i][j] = __fmul_rn(acc[nt][i][j], coef[ty + kTy * i]);
             mmG(acc[nt], A1, 1, kLdS, Q + nt * 64, 1, ldn, len, ty, tx);
         }
         __syncthreads();  // R (dS_end) has been read
@@ -1061,13 +1080,13 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
         for (int nt = 0; nt < 2; ++nt) {
             if (nt * 64 >= g.nr) continue;
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < kRI; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) R[(ty + 16 * i) * ldn + nt * 64 + tx + 16 * j] = acc[nt][i][j];
+                for (int j = 0; j < 4; ++j) R[(ty + kTy * i) * ldn + nt * 64 + tx + 16 * j] = acc[nt][i][j];
         }
     }
     __syncthreads();
-    for (int idx = tid; idx < len * pairs; idx += kThreads) {
+    for (int idx = tid; idx < len * pairs; idx += NT) {
         const int t = idx / pairs, m = idx - t * pairs, n0 = 2 * m, n1 = 2 * m + 1;
         const bool two = n1 < N;
         const float* row = s.proj + (r0 + t) * s.ldproj;
@@ -1089,11 +1108,11 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
     if (c == 0) {
         float v = 0.f;
         const float* d0 = ws + bg.dS0 + static_cast<int64_t>(bh) * P * N;
-        for (int idx = tid; idx < P * N; idx += kThreads) {
+        for (int idx = tid; idx < P * N; idx += NT) {
             const int p = idx / N, n = idx - p * N;
             v = fmaf(ck[o.v + hP + p] * ck[o.k + static_cast<int64_t>(h) * N + n], d0[idx], v);
         }
-        v = blockSum(v, red);
+        v = blockSum<NT>(v, red);
         if (tid == 0) ws[bg.fb + blk] = v;
     }
     __syncthreads();
@@ -1139,7 +1158,7 @@ __global__ void __launch_bounds__(kThreads) m3BwdGradKernel(Mamba3ScanBackwardAr
         dr[o.trap + h] = dsig * (cf.sig * (1.f - cf.sig));
     }
     // the angle gradient summed backwards inside the chunk; the chunk's total apart
-    for (int m = tid; m < NA; m += kThreads) {
+    for (int m = tid; m < NA; m += NT) {
         float acc = 0.f;
         for (int t = L; t >= 0; --t) {
             acc += dth[t * NA + m];
@@ -1217,14 +1236,17 @@ __global__ void m3BwdParamKernel(const float* part, int batch, int H, int C, int
     acc[j] += v;
 }
 
-size_t bwdDySmem(const BGeom& bg) {
+size_t bwdDySmem(const BGeom& bg, int nt) {
     return sizeof(float) * (2 * static_cast<size_t>(kQ) * bg.g.ldn + 3 * static_cast<size_t>(kQ) * bg.ldp + kQ * kLdS + kScal +
-                            static_cast<size_t>(kQ) * bg.g.NA + 2 * bg.g.NA + 8);
+                            static_cast<size_t>(kQ) * bg.g.NA + 2 * bg.g.NA + nt / 32);
 }
 
-size_t bwdGradSmem(const BGeom& bg) {
+/** The grads kernel's small arrays: 7 of 64 floats, the column partials [nt / 32][64], cos, sin and red of 64. */
+size_t gradAuxFloats(int nt) { return static_cast<size_t>(7 + nt / 32 + 3) * 64; }
+
+size_t bwdGradSmem(const BGeom& bg, int nt) {
     return sizeof(float) * (3 * static_cast<size_t>(kQ) * bg.g.ldn + 2 * static_cast<size_t>(kQ) * bg.ldp + 2 * kQ * kLdS + kScal +
-                            2 * static_cast<size_t>(kQ) * bg.g.NA + 18 * 64);
+                            2 * static_cast<size_t>(kQ) * bg.g.NA + gradAuxFloats(nt));
 }
 
 }  // namespace
@@ -1237,7 +1259,7 @@ bool mamba3ChunkedBackwardUsable(const Exec& ex, const Mamba3ScanBackwardArgs& a
     if (s.headdim > 64 || s.d_state > 128 || s.nangles > 64) return false;
     const BGeom bg = bgeomOf(s);
     const size_t most = static_cast<size_t>(ex.smem_optin > 48 * 1024 ? ex.smem_optin : 48 * 1024);
-    if (bwdDySmem(bg) > most || bwdGradSmem(bg) > most) return false;
+    if (bwdDySmem(bg, kBwdThreads) > most || bwdGradSmem(bg, kBwdThreads) > most) return false;
     const int64_t threads = static_cast<int64_t>(s.batch) * s.nheads * bg.g.P * ((bg.g.N + 1) / 2);
     return bg.bhc <= 0x7fffffff && (threads + kThreads - 1) / kThreads <= 0x7fffffff &&
            static_cast<int64_t>(s.batch) * s.steps <= 0x7fffffff;
@@ -1250,15 +1272,15 @@ void mamba3ChunkedBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, cons
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     float* ws = scratch.get(0, bg.end);
     float* phi = scratch.get(2, std::max<int64_t>(1, R * s.nheads * s.nangles));
-    const size_t ys = bwdDySmem(bg), gs = bwdGradSmem(bg);
+    const size_t ys = bwdDySmem(bg, kBwdThreads), gs = bwdGradSmem(bg, kBwdThreads);
     optIn(m3BwdDyKernel, ex, ys, "cudaFuncSetAttribute (mamba3 backward dy)");
     optIn(m3BwdGradKernel, ex, gs, "cudaFuncSetAttribute (mamba3 backward grads)");
     const dim3 blocks(static_cast<unsigned>(bg.bhc));
-    launch("mamba3ScanBackward chunk dy", ex, m3BwdDyKernel, blocks, dim3(kThreads), ys, a, o, bg, ws);
+    launch("mamba3ScanBackward chunk dy", ex, m3BwdDyKernel, blocks, dim3(kBwdThreads), ys, a, o, bg, ws);
     const int64_t threads = static_cast<int64_t>(s.batch) * s.nheads * bg.g.P * ((bg.g.N + 1) / 2);
     launch("mamba3ScanBackward chunk pass", ex, m3BwdPassKernel, dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)),
            dim3(kThreads), 0, a, o, bg, ws);
-    launch("mamba3ScanBackward chunk grads", ex, m3BwdGradKernel, blocks, dim3(kThreads), gs, a, o, bg, ws, dk, dq, phi);
+    launch("mamba3ScanBackward chunk grads", ex, m3BwdGradKernel, blocks, dim3(kBwdThreads), gs, a, o, bg, ws, dk, dq, phi);
     const int64_t na = static_cast<int64_t>(s.batch) * s.nheads * bg.g.NA;
     if (na > 0)
         launch("mamba3ScanBackward chunk angle carry", ex, m3BwdCarryKernel, dim3(static_cast<unsigned>((na + 255) / 256)), dim3(256),
