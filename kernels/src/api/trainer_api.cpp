@@ -353,16 +353,7 @@ StepStats Trainer::stepMse(const float* x, int64_t xLength, const float* target,
     t.ops.upload(t.replica.target_stage.data(), target, n);
     if (apply && t.stepGraphEligible()) {  // the whole step on the backend, read back once
         const float seed = t.seedScale(scale);
-        TrainerRuntime::StepGraphKey key;
-        key.kind = 0;
-        key.seed = seed;
-        key.clip = t.clip;
-        key.loss_scale = t.loss_scale;
-        key.mode = static_cast<int>(t.model.trainingMode());
-        key.counted = n;
-        key.decay_version = t.decay_version;
-        key.storage = t.model.storageAddress();
-        key.frees = t.ops.freeCount();
+        const TrainerRuntime::StepGraphKey key = t.stepGraphKey(0, seed, 0, n);
         t.stageStepFactors();
         t.runStep(key, [&t, seed, n] {
             t.forward();
@@ -441,17 +432,7 @@ StepStats Trainer::stepTokens(const int32_t* ids, int64_t idsLength, const int32
     const int64_t counted = t.checkTokens(ids, idsLength, targets, targetsLength, ignoreIndex);
     if (apply && t.stepGraphEligible()) {  // the whole step on the backend, read back once
         const float seed = t.seedScale(scale);
-        TrainerRuntime::StepGraphKey key;
-        key.kind = 1;
-        key.seed = seed;
-        key.clip = t.clip;
-        key.loss_scale = t.loss_scale;
-        key.mode = static_cast<int>(t.model.trainingMode());
-        key.ignore_index = ignoreIndex;
-        key.counted = counted;
-        key.decay_version = t.decay_version;
-        key.storage = t.model.storageAddress();
-        key.frees = t.ops.freeCount();
+        const TrainerRuntime::StepGraphKey key = t.stepGraphKey(1, seed, ignoreIndex, counted);
         t.stageStepFactors();
         t.runStep(key, [&t, seed, ignoreIndex, counted] {
             t.forward();

@@ -25,6 +25,21 @@ bool TrainerRuntime::stepGraphEligible() const {
            !nonfinite_loss;
 }
 
+TrainerRuntime::StepGraphKey TrainerRuntime::stepGraphKey(int kind, float seed, int ignore_index, int64_t counted) const {
+    StepGraphKey key;
+    key.kind = kind;
+    key.seed = seed;
+    key.clip = clip;
+    key.loss_scale = loss_scale;
+    key.mode = static_cast<int>(model.trainingMode());
+    key.ignore_index = ignore_index;
+    key.counted = counted;
+    key.decay_version = decay_version;
+    key.storage = model.storageAddress();
+    key.frees = ops.freeCount();
+    return key;
+}
+
 void TrainerRuntime::dropStepGraph() noexcept {
     if (step_graph) ops.destroyGraph(step_graph);
     step_graph = nullptr;

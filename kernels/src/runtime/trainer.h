@@ -100,6 +100,8 @@ public:
     };
     /** Whether an applying step may run as a graph now: graphs on and available, no state carry, no pending bad loss. */
     bool stepGraphEligible() const;
+    /** The key of an applying step of this kind (0 stepMse, 1 stepTokens) with the trainer's current settings. */
+    StepGraphKey stepGraphKey(int kind, float seed, int ignore_index, int64_t counted) const;
     /**
      * Runs body, the step's backend part (forward to optimizer, nothing read back): replayed from its graph when
      * one with this key exists; else eagerly the first time a key is seen (so every buffer and workspace exists),
