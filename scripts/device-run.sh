@@ -10,6 +10,7 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
+#   verify-next: the experiment of the current next/ branch, timed against main's numbers
 #   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n, TRAIN_ARGS="--graphs --dtype BF16"); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
@@ -44,6 +45,16 @@ for step in $steps; do
              --log-file "$OUT/train_profile.csv" bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda \
              --only "${PROF_ONLY:-lm-768x24-8x2048}" --dtype BF16 --steps 1 --warmup 0 > "$OUT/train_profile.log" 2>&1
            python3 scripts/ncu_summary.py "$OUT/train_profile.csv" | tee "$OUT/train_profile.md" | head -40 ;;
+    verify-next) # branch next/decode-conv-fusion: decode's conv step in the in_proj gemv's epilogue (normLinearConv).
+           # Run after `ops tests` (every gemv kernel changed): the new op cases bit for bit against the separate ops,
+           # then the decode table against the baseline (aim: 130m/370m B = 1 faster by the conv launch, ~2-3 us a layer)
+           ( source scripts/device-optest.sh
+             $OPTEST --backend cuda --big --time --reps 20 --filter "normLinearConv" | grep -E "FAIL|normLinearConv.*(130m)|^op_test: [0-9]" ) 2>&1 |
+             tee "$OUT/verify_next.log"
+           bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --quick --json "$OUT/gpu-decode.json" 2>&1 |
+             grep -E '^\| (130m|370m|1.4b|2.8b) ' | tee -a "$OUT/verify_next.log"
+           bash .device/run.sh main org.mamba4j.bench.BenchCompare --current "$OUT/gpu-decode.json" \
+             --baseline benchmarks/baselines/nvidia-h200.json 2>&1 | tail -8 | tee -a "$OUT/verify_next.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -14,6 +14,7 @@
 //    kernel, so with programmatic dependent launch their latency hides under the previous kernel's tail.
 #include "gemv.h"
 
+#include "../conv_step.cuh"
 #include "../lane_load.cuh"
 #include "../lowp.cuh"
 #include "mamba/mamba.h"
@@ -42,7 +43,24 @@ struct GemvArgs {
     float beta;
     NormPrologue norm;  // NORM variant only
     int per_group;      // outputs each group computes: o = group + j·(groups in the grid), j < per_group
+    ConvEpilogue conv;  // conv.u null: none
 };
+
+/** The conv epilogue of output o (< conv.channels) of row r, whose product value is x (ConvEpilogue). */
+__device__ __forceinline__ void convEpilogue(const ConvEpilogue& c, int r, int o, float x) {
+    const int K = c.width, H = K - 1;
+    float* hist = c.history + r * c.history_stride + static_cast<int64_t>(o) * H;
+    float w[kConvMaxWidth], win[kConvMaxWidth];
+#pragma unroll
+    for (int k = 0; k < kConvMaxWidth; ++k) {
+        w[k] = k < K ? c.w[o * K + k] : 0.f;
+        win[k] = k < H ? hist[k] : k == H ? x : 0.f;
+    }
+    c.u[r * c.ldu + o] = convSiluStep(w, win, K, c.bias[o]);
+#pragma unroll
+    for (int k = 0; k + 1 < kConvMaxWidth; ++k)
+        if (k < H) hist[k] = win[k + 1];
+}
 
 // A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32 (lowp.cuh).
 template <typename W, bool VEC> struct Chunk;
@@ -166,6 +184,7 @@ __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[N
                     if (a.bias) v += a.bias[o];
                     if (a.beta != 0.f) v += a.beta * *yp;
                     *yp = v;
+                    if (a.conv.u && o < a.conv.channels) convEpilogue(a.conv, r, o, v);
                 }
             }
         }
@@ -406,7 +425,7 @@ bool gemvNormFusable(const Exec& ex, int rows, const void* w, int wdtype, int in
 }
 
 void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
-          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm) {
+          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm, const ConvEpilogue* conv) {
     if (rows <= 0 || out <= 0) return;
     if (rows > kGemvMaxRows) throw std::logic_error("gemv: rows > kGemvMaxRows");
     const int V = isLowp(wdtype) ? 8 : 4;
@@ -415,7 +434,10 @@ void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, 
     const bool vec = norm ? gemvNormFusable(ex, rows, w, wdtype, in)
                           : in % V == 0 && aligned16(w) && aligned16(x) && ldx % 4 == 0;
     if (norm && !vec) throw std::logic_error("gemv: rmsnorm prologue on a weight that gemvNormFusable rejects");
-    const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}, 1};
+    if (conv && (conv->width < 1 || conv->width > kConvMaxWidth || conv->channels > out))
+        throw std::logic_error("gemv: a conv epilogue of width outside [1, 8] or wider than the product");
+    const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}, 1,
+                     conv ? *conv : ConvEpilogue{}};
     int G = gemvGroupSize(ex, wdtype, out, in, vec);
     // With the prologue every block normalises the input again: at least 8 outputs per block keep that
     // re-read (from L2) small next to the weights; between ~1.2 and ~2.2 waves, half the group size
