@@ -45,13 +45,16 @@ for step in $steps; do
              --log-file "$OUT/train_profile.csv" bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda \
              --only "${PROF_ONLY:-lm-768x24-8x2048}" --dtype BF16 --steps 1 --warmup 0 > "$OUT/train_profile.log" 2>&1
            python3 scripts/ncu_summary.py "$OUT/train_profile.csv" | tee "$OUT/train_profile.md" | head -40 ;;
-    verify-next) # branch next/m3-bwd-pass-batch: the Mamba-3 backward pass kernel's loads batched over 4 chunks
+    verify-next) # branch next/m3-bwd-pass-batch: the Mamba-3 backward pass kernel's loads batched over 4 chunks,
            # (compare with main: backward op case B 8 x T 2,048 7.83 ms, m3lm-768x24-8x2048 BF16 308.2 ms)
-           ( source scripts/device-optest.sh
-             $OPTEST --backend cuda --filter mamba3 | grep -E "FAIL|^op_test: [0-9]"
-             $OPTEST --backend cuda --big --time --reps 5 --filter "mamba3ScanBackward B=8" | grep mamba3 ) 2>&1 | tee "$OUT/verify_next.log"
-           bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda --only m3lm-768x24-8x2048 --dtype BF16 --steps 5 2>&1 |
-             grep -E '^\| mamba-3' | tee -a "$OUT/verify_next.log" ;;
+           # and MAMBA_M3_BWD_THREADS=1024 (32 warps per SM in the dy and grads kernels) against the 512 of main
+           for T in 512 1024; do echo "== backward threads $T"
+             ( source scripts/device-optest.sh
+               MAMBA_M3_BWD_THREADS=$T $OPTEST --backend cuda --filter mamba3 | grep -E "FAIL|^op_test: [0-9]"
+               MAMBA_M3_BWD_THREADS=$T $OPTEST --backend cuda --big --time --reps 5 --filter "mamba3ScanBackward B=8" | grep mamba3 )
+             MAMBA_M3_BWD_THREADS=$T bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda --only m3lm-768x24-8x2048 \
+               --dtype BF16 --steps 5 2>&1 | grep -E '^\| mamba-3'
+           done 2>&1 | tee "$OUT/verify_next.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -32,6 +32,7 @@
 #include "train_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace mamba::cuda {
@@ -606,8 +607,8 @@ __device__ __forceinline__ void foldedPair(const float* ck, const Mamba3Offsets&
     }
 }
 
-__global__ void __launch_bounds__(kBwdThreads, 1) m3BwdDyKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws) {
-    constexpr int NT = kBwdThreads;
+template <int NT>
+__global__ void __launch_bounds__(NT, 1) m3BwdDyKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws) {
     constexpr int kTy = NT / 16, kRI = 64 / kTy;  // thread rows of a 64 × 64 tile, rows per thread
     extern __shared__ float4 sm4[];
     float* sm = reinterpret_cast<float*>(sm4);
@@ -866,9 +867,9 @@ __device__ __forceinline__ float ropeBack(float cs, float sn, float d0, float d1
     return d0 * (-sn * x0 - cs * x1) + d1 * (cs * x0 - sn * x1);
 }
 
-__global__ void __launch_bounds__(kBwdThreads, 1) m3BwdGradKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws,
+template <int NT>
+__global__ void __launch_bounds__(NT, 1) m3BwdGradKernel(Mamba3ScanBackwardArgs a, Mamba3Offsets o, BGeom bg, float* ws,
                                                                    float* dk, float* dq, float* phi) {
-    constexpr int NT = kBwdThreads;
     constexpr int kTy = NT / 16, kRI = 64 / kTy;  // thread rows of a 64 × 64 tile, rows per thread
     extern __shared__ float4 sm4[];
     float* sm = reinterpret_cast<float*>(sm4);
@@ -1276,7 +1277,7 @@ bool mamba3ChunkedBackwardUsable(const Exec& ex, const Mamba3ScanBackwardArgs& a
     if (s.headdim > 64 || s.d_state > 128 || s.nangles > 64) return false;
     const BGeom bg = bgeomOf(s);
     const size_t most = static_cast<size_t>(ex.smem_optin > 48 * 1024 ? ex.smem_optin : 48 * 1024);
-    if (bwdDySmem(bg, kBwdThreads) > most || bwdGradSmem(bg, kBwdThreads) > most) return false;
+    if (bwdDySmem(bg, 1024) > most || bwdGradSmem(bg, 1024) > most) return false;
     const int64_t threads = static_cast<int64_t>(s.batch) * s.nheads * bg.g.P * ((bg.g.N + 1) / 2);
     return bg.bhc <= 0x7fffffff && (threads + kThreads - 1) / kThreads <= 0x7fffffff &&
            static_cast<int64_t>(s.batch) * s.steps <= 0x7fffffff;
@@ -1289,15 +1290,19 @@ void mamba3ChunkedBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, cons
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     float* ws = scratch.get(0, bg.end);
     float* phi = scratch.get(2, std::max<int64_t>(1, R * s.nheads * s.nangles));
-    const size_t ys = bwdDySmem(bg, kBwdThreads), gs = bwdGradSmem(bg, kBwdThreads);
-    optIn(m3BwdDyKernel, ex, ys, "cudaFuncSetAttribute (mamba3 backward dy)");
-    optIn(m3BwdGradKernel, ex, gs, "cudaFuncSetAttribute (mamba3 backward grads)");
+    // EXPERIMENT (branch): MAMBA_M3_BWD_THREADS=1024 runs the dy and grads kernels with 32 warps (64 registers)
+    static const int nt = [] { const char* e = std::getenv("MAMBA_M3_BWD_THREADS"); return e && std::atoi(e) == 1024 ? 1024 : kBwdThreads; }();
+    const size_t ys = bwdDySmem(bg, nt), gs = bwdGradSmem(bg, nt);
+    const auto dyKernel = nt == 1024 ? m3BwdDyKernel<1024> : m3BwdDyKernel<kBwdThreads>;
+    const auto gradKernel = nt == 1024 ? m3BwdGradKernel<1024> : m3BwdGradKernel<kBwdThreads>;
+    optIn(dyKernel, ex, ys, "cudaFuncSetAttribute (mamba3 backward dy)");
+    optIn(gradKernel, ex, gs, "cudaFuncSetAttribute (mamba3 backward grads)");
     const dim3 blocks(static_cast<unsigned>(bg.bhc));
-    launch("mamba3ScanBackward chunk dy", ex, m3BwdDyKernel, blocks, dim3(kBwdThreads), ys, a, o, bg, ws);
+    launch("mamba3ScanBackward chunk dy", ex, dyKernel, blocks, dim3(nt), ys, a, o, bg, ws);
     const int64_t threads = static_cast<int64_t>(s.batch) * s.nheads * bg.g.P * ((bg.g.N + 1) / 2);
     launch("mamba3ScanBackward chunk pass", ex, m3BwdPassKernel, dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)),
            dim3(kThreads), 0, a, o, bg, ws);
-    launch("mamba3ScanBackward chunk grads", ex, m3BwdGradKernel, blocks, dim3(kBwdThreads), gs, a, o, bg, ws, dk, dq, phi);
+    launch("mamba3ScanBackward chunk grads", ex, gradKernel, blocks, dim3(nt), gs, a, o, bg, ws, dk, dq, phi);
     const int64_t na = static_cast<int64_t>(s.batch) * s.nheads * bg.g.NA;
     if (na > 0)
         launch("mamba3ScanBackward chunk angle carry", ex, m3BwdCarryKernel, dim3(static_cast<unsigned>((na + 255) / 256)), dim3(256),
