@@ -10,6 +10,7 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
+#   verify-next: the experiment of the current next/ branch, timed against main's numbers
 #   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n, TRAIN_ARGS="--graphs --dtype BF16"); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
@@ -44,6 +45,15 @@ for step in $steps; do
              --log-file "$OUT/train_profile.csv" bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda \
              --only "${PROF_ONLY:-lm-768x24-8x2048}" --dtype BF16 --steps 1 --warmup 0 > "$OUT/train_profile.log" 2>&1
            python3 scripts/ncu_summary.py "$OUT/train_profile.csv" | tee "$OUT/train_profile.md" | head -40 ;;
+    verify-next) # branch next/det-scan-prefetch: the sequential narrow scan loads 8 steps at a time when its grid leaves the
+           # GPU mostly idle (one-row DETERMINISTIC prefill); same arithmetic, so the det.steps cases stay bit for bit
+           for G in 1 0; do echo "== MAMBA_SCAN_GROUPED=$G (0 = the old one-step walk)"
+             ( source scripts/device-optest.sh
+               MAMBA_SCAN_GROUPED=$G $OPTEST --backend cuda --filter "selectiveScan" | grep -E "FAIL|^op_test: [0-9]"
+               MAMBA_SCAN_GROUPED=$G $OPTEST --backend cuda --big --time --reps 5 --filter "det prefill" | grep selectiveScan )
+             MAMBA_SCAN_GROUPED=$G bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --quick --dtype BF16 \
+               --mode DETERMINISTIC 2>&1 | grep -iE 'prefill|^\| 370m \| BF16 \| 1 '
+           done 2>&1 | tee "$OUT/verify_next.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
