@@ -52,7 +52,7 @@ for step in $steps; do
                MAMBA_SCAN_GROUPED=$G $OPTEST --backend cuda --filter "selectiveScan" | grep -E "FAIL|^op_test: [0-9]"
                MAMBA_SCAN_GROUPED=$G $OPTEST --backend cuda --big --time --reps 5 --filter "det prefill" | grep selectiveScan )
              MAMBA_SCAN_GROUPED=$G bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --quick --dtype BF16 \
-               --mode DETERMINISTIC 2>&1 | grep -iE 'prefill|^\| 370m \| BF16 \| 1 '
+               --mode DETERMINISTIC > "$OUT/decode_det_grouped$G.log" 2>&1; grep -iE -A8 'prefill' "$OUT/decode_det_grouped$G.log" | head -12
            done 2>&1 | tee "$OUT/verify_next.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
