@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that checks and times everything GPU-side (run on the H200 machine, from the repo root,
 # after `mvn -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm benchmarks samples` here, which also packs the op test as
-# device-optest.sh says; bundle ≈ 56 MB + op test ≈ 6.4 MB + the tree ≈ 3.3 MB fit one 64 MiB carry):
+# device-optest.sh says; carry [".device", ".device-ops"] when both fit one 64 MiB carry with the ~3.4 MB tree, else the
+# Java steps and the op-test steps in two calls):
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
 #   engine: the continuous-batching engine under 1/16/64/256 concurrent clients (EngineBench)
@@ -10,9 +11,13 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
+#   verify-next: (on a next/ branch) that branch's experiment, timed against main's numbers
 #   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n, TRAIN_ARGS="--graphs --dtype BF16"); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
+# The verify steps run the parts whose carry came: the op test (.device-ops) and/or the Java bundle (.device)
+have_ops() { [ -f .device-ops/op_test.xz ]; }
+have_java() { [ -x .device/run.sh ]; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 steps=${*:-hf ops tests bench}
 export MAMBA4J_HF_MODELS=/tmp/hf-models PYTHONUNBUFFERED=1
