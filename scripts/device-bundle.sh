@@ -4,7 +4,7 @@
 # of bytedeco's CUDA jar, a jlink'd runtime without jlink's own compression and without the JVM's symbol table (with
 # java.net.http and jdk.httpserver for the sample server's load test), the whole packed with xz.
 #   usage: scripts/device-bundle.sh MODULE...     writes .device/bundle.txz, .device/run.sh (same use as before) and,
-#   when the build made one, .device/op_test.xz
+#   when the build made one, .device-ops/ (the op test and its OpenBLAS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JH=${JAVA_HOME:-/usr/lib/jvm/java-17-openjdk-amd64}
@@ -34,10 +34,17 @@ fi
 exec sh "$U/launch.sh" "$@"
 EOS
 chmod +x .device/run.sh
-# The op test of the same build (scripts/device-optest.sh unpacks it on the device), stripped and packed.
+# The op test of the same build and the OpenBLAS it links, stripped and packed on their own in .device-ops/
+# (scripts/device-optest.sh unpacks them on the device): an op-test call carries only .device-ops (~21 MB), and when
+# the bundle and the op test together pass the 64 MiB limit, the Java and the op-test work go in two calls.
 OPTEST=presets/cppbuild/linux-x86_64/bin/op_test
+OBLAS=presets/target/openblas/org/bytedeco/openblas/linux-x86_64
+rm -rf .device-ops .device/op_test.xz
 if [ -x "$OPTEST" ]; then
-  strip -o "$T/op_test" "$OPTEST" && xz -T0 -9e -c "$T/op_test" > .device/op_test.xz
+  mkdir -p .device-ops
+  strip -o "$T/op_test" "$OPTEST" && xz -T0 -9e -c "$T/op_test" > .device-ops/op_test.xz
+  tar cf - -C "$OBLAS" libopenblas.so.0 libgfortran.so.5 libgcc_s.so.1 libquadmath.so.0 | xz -T0 -9e > .device-ops/oblas.txz
 fi
-echo "bundle: $(du -h .device/bundle.txz | cut -f1)${OPTEST:+, op test $(du -h .device/op_test.xz 2>/dev/null | cut -f1)} in .device" \
-  "($(du -cb .device/bundle.txz .device/op_test.xz 2>/dev/null | tail -1 | cut -f1) bytes; the device carries at most 64 MiB in all)"
+size() { du -cb "$@" 2>/dev/null | tail -1 | cut -f1; }
+echo "bundle: .device $(size .device) bytes, .device-ops $(size .device-ops) bytes (one carry holds at most 64 MiB in all," \
+  "the tree ~3.4 MB included)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that checks and times everything GPU-side (run on the H200 machine, from the repo root,
 # after `mvn -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm benchmarks samples` here, which also packs the op test as
-# device-optest.sh says; bundle ≈ 56 MB + op test ≈ 6.4 MB + the tree ≈ 3.3 MB fit one 64 MiB carry):
+# device-optest.sh says; carry [".device", ".device-ops"] when both fit one 64 MiB carry with the ~3.4 MB tree, else the
+# Java steps and the op-test steps in two calls):
 #   1. transformers reference models (scripts/hf_reference.py)   2. every gpu-tagged JUnit test
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
 #   engine: the continuous-batching engine under 1/16/64/256 concurrent clients (EngineBench)
@@ -10,10 +11,13 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
-#   verify-next: the experiment of the current next/ branch, timed against main's numbers
+#   verify-next: (on a next/ branch) that branch's experiment, timed against main's numbers
 #   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n, TRAIN_ARGS="--graphs --dtype BF16"); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
+# The verify steps run the parts whose carry came: the op test (.device-ops) and/or the Java bundle (.device)
+have_ops() { [ -f .device-ops/op_test.xz ]; }
+have_java() { [ -x .device/run.sh ]; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 steps=${*:-hf ops tests bench}
 export MAMBA4J_HF_MODELS=/tmp/hf-models PYTHONUNBUFFERED=1
@@ -45,16 +49,6 @@ for step in $steps; do
              --log-file "$OUT/train_profile.csv" bash .device/run.sh main org.mamba4j.bench.GpuTrainBench cuda \
              --only "${PROF_ONLY:-lm-768x24-8x2048}" --dtype BF16 --steps 1 --warmup 0 > "$OUT/train_profile.log" 2>&1
            python3 scripts/ncu_summary.py "$OUT/train_profile.csv" | tee "$OUT/train_profile.md" | head -40 ;;
-    verify-next) # branch next/decode-conv-fusion: decode's conv step in the in_proj gemv's epilogue (normLinearConv).
-           # Run after `ops tests` (every gemv kernel changed): the new op cases bit for bit against the separate ops,
-           # then the decode table against the baseline (aim: 130m/370m B = 1 faster by the conv launch, ~2-3 us a layer)
-           ( source scripts/device-optest.sh
-             $OPTEST --backend cuda --big --time --reps 20 --filter "normLinearConv" | grep -E "FAIL|normLinearConv.*(130m)|^op_test: [0-9]" ) 2>&1 |
-             tee "$OUT/verify_next.log"
-           bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --quick --json "$OUT/gpu-decode.json" 2>&1 |
-             grep -E '^\| (130m|370m|1.4b|2.8b) ' | tee -a "$OUT/verify_next.log"
-           bash .device/run.sh main org.mamba4j.bench.BenchCompare --current "$OUT/gpu-decode.json" \
-             --baseline benchmarks/baselines/nvidia-h200.json 2>&1 | tail -8 | tee -a "$OUT/verify_next.log" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

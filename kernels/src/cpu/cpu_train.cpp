@@ -194,20 +194,18 @@ void CpuBackend::scale(float* x, int64_t n, float s) {
 }
 
 void CpuBackend::sumInto(const float* x, int64_t n, bool squares, double* out) {
-    *out = squares ? chunkedSum(n, [&](int64_t i0, int64_t i1) {
+    *out = chunkedSum(n, [&](int64_t i0, int64_t i1) {
         double s = 0;
-        for (int64_t i = i0; i < i1; ++i) s += static_cast<double>(x[i]) * x[i];
-        return s;
-    })
-                   : chunkedSum(n, [&](int64_t i0, int64_t i1) {
-        double s = 0;
-        for (int64_t i = i0; i < i1; ++i) s += x[i];
+        for (int64_t i = i0; i < i1; ++i) {
+            const double v = x[i];
+            s += squares ? v * v : v;
+        }
         return s;
     });
 }
 
 void CpuBackend::optimizerControl(const OptimizerControlArgs& a) {
-    decideOptimizerStep(a.sums, a.nsums, a.loss_sum, a.loss_count, a.loss_bad, a.clip, a.loss_scale, a.factors, a.norm);
+    decideOptimizerStep(a);
 }
 
 void CpuBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) {

@@ -80,6 +80,7 @@ public:
     void selectiveScanBackward(const ScanBackwardArgs& a) override;
     void mamba3ScanBackward(const Mamba3ScanBackwardArgs& a) override;
     void scale(float* x, int64_t n, float s) override;
+    uint64_t freeCount() const override { return frees_.load(); }
     void sumInto(const float* x, int64_t n, bool squares, double* out) override;
     void optimizerControl(const OptimizerControlArgs& a) override;
     void sumRanks(const float* slices, int ranks, int64_t n, float* out) override;  // rank_sum.cu
@@ -124,9 +125,6 @@ private:
     void* deviceMalloc(size_t bytes, const char* what);
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
     void freeNow(void* p) noexcept;
-public:
-    uint64_t freeCount() const override { return frees_.load(); }
-private:
     void releaseRetired() noexcept;
     void requireNotCapturing(const char* what) const;
 

@@ -819,23 +819,40 @@ __global__ void __launch_bounds__(kThreads) m3BwdPassKernel(Mamba3ScanBackwardAr
     const int n0 = 2 * m, n1 = 2 * m + 1;
     const bool has1 = n1 < N, rot = m < NA;
     float G0 = 0.f, G1 = 0.f;
-    for (int c = C - 1; c >= 0; --c) {
-        const int64_t blk = static_cast<int64_t>(bh) * C + c;
-        float* own = ws + blk * P * N + static_cast<int64_t>(p) * N;
-        const float O0 = own[n0], O1 = has1 ? own[n1] : 0.f;
-        float cs = 1.f, sn = 0.f;
-        if (rot) {
-            const float t0 = a.checkpoints[(static_cast<int64_t>(b) * C + c) * o.state + o.theta + static_cast<int64_t>(h) * NA + m];
-            cs = cosf(t0);
-            sn = sinf(t0);
+    // The inputs of kPassBatch chunks are loaded before their updates (the loop's stores could alias them, so the
+    // compiler would otherwise wait for each chunk's loads in turn); the arithmetic is the same, chunk by chunk.
+    for (int c0 = C - 1; c0 >= 0; c0 -= kPassBatch) {
+        float O0[kPassBatch], O1[kPassBatch], t0[kPassBatch], cl[kPassBatch];
+#pragma unroll
+        for (int j = 0; j < kPassBatch; ++j) {
+            const int c = c0 - j;
+            if (c < 0) break;
+            const int64_t blk = static_cast<int64_t>(bh) * C + c;
+            const float* own = ws + blk * P * N + static_cast<int64_t>(p) * N;
+            O0[j] = own[n0];
+            O1[j] = has1 ? own[n1] : 0.f;
+            t0[j] = rot ? a.checkpoints[(static_cast<int64_t>(b) * C + c) * o.state + o.theta + static_cast<int64_t>(h) * NA + m] : 0.f;
+            cl[j] = ws[bg.cl + blk];
         }
-        own[n0] = fmaf(cs, G0, __fmul_rn(sn, G1));  // dS_end in the chunk's frame
-        if (has1) own[n1] = fmaf(cs, G1, -__fmul_rn(sn, G0));
-        float R0, R1;
-        m3::rotate(cs, sn, O0, O1, R0, R1);
-        const float e = expf(ws[bg.cl + blk]);
-        G0 = fmaf(e, G0, R0);
-        G1 = fmaf(e, G1, R1);
+#pragma unroll
+        for (int j = 0; j < kPassBatch; ++j) {
+            const int c = c0 - j;
+            if (c < 0) break;
+            const int64_t blk = static_cast<int64_t>(bh) * C + c;
+            float* own = ws + blk * P * N + static_cast<int64_t>(p) * N;
+            float cs = 1.f, sn = 0.f;
+            if (rot) {
+                cs = cosf(t0[j]);
+                sn = sinf(t0[j]);
+            }
+            own[n0] = fmaf(cs, G0, __fmul_rn(sn, G1));  // dS_end in the chunk's frame
+            if (has1) own[n1] = fmaf(cs, G1, -__fmul_rn(sn, G0));
+            float R0, R1;
+            m3::rotate(cs, sn, O0[j], O1[j], R0, R1);
+            const float e = expf(cl[j]);
+            G0 = fmaf(e, G0, R0);
+            G1 = fmaf(e, G1, R1);
+        }
     }
     float* d0 = ws + bg.dS0 + (static_cast<int64_t>(bh) * P + p) * N;
     d0[n0] = G0;

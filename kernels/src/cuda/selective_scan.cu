@@ -101,8 +101,10 @@ __device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int
     return acc + (p.bias ? p.bias[d] : 0.f);
 }
 
-template <int NS, bool FUSE, bool CKPT, bool VEC>
+// G > 1: the grouped walk (kWhole, no fused dt, no checkpoints: DETERMINISTIC prefill).
+template <int NS, bool FUSE, bool CKPT, bool VEC, int G = 1>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
+    static_assert(G == 1 || (!FUSE && !CKPT), "the grouped walk is the plain whole-sequence scan");
     const ScanArgs& s = k.s;
     const int S = k.lanes;
     const int per_block = kThreads / S;
@@ -141,62 +143,99 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     float* ck = nullptr;
     int ck_left = 0;  // steps until the next checkpoint
     if constexpr (CKPT) ck = k.ckpt + static_cast<int64_t>(b) * k.ck_chunks * E * N + static_cast<int64_t>(d) * N;
-    // The next step's per-channel inputs are loaded one step ahead (they do not depend on h).
-    float dt_next = 0.f, u_next = 0.f, z_next = 0.f;
-    if (t0 < t1) {
-        if (!FUSE) dt_next = s.dt[(r0 + t0) * E + d];
-        u_next = s.u[(r0 + t0) * E + d];
-        if (k.mode != kChunkLocal) z_next = s.z[(r0 + t0) * s.ldz + d];
-    }
-    for (int t = t0; t < t1; ++t) {
-        const int64_t r = r0 + t;
-        float dt_raw = dt_next;
-        const float u = u_next, z = z_next;
-        if (t + 1 < t1) {
-            if (!FUSE) dt_next = s.dt[(r + 1) * E + d];
-            u_next = s.u[(r + 1) * E + d];
-            if (k.mode != kChunkLocal) z_next = s.z[(r + 1) * s.ldz + d];
-        }
-        if constexpr (CKPT) {
-            if (ck_left == 0) {
-                if (active)
+    if constexpr (G > 1) {
+        // Few threads walking many steps (a one-row DETERMINISTIC prefill: B·channels·4 lanes, well under a GPU-full):
+        // the inputs of G steps are loaded together before their updates, so the walk waits for memory about T / G
+        // times instead of T times; the arithmetic is the one-step loop's, step by step (the same bits).
+        for (int tg = t0; tg < t1; tg += G) {
+            float dtv[G], uv[G], zv[G], bv[G][NS], cv[G][NS];
 #pragma unroll
-                    for (int i = 0; i < NS; ++i)
-                        if (n0 + i < N) ck[n0 + i] = h[i];
-                ck += static_cast<int64_t>(E) * N;
-                ck_left = k.ck_chunk;
+            for (int g = 0; g < G; ++g) {
+                if (tg + g >= t1) break;
+                const int64_t r = r0 + tg + g;
+                dtv[g] = s.dt[r * E + d];
+                uv[g] = s.u[r * E + d];
+                zv[g] = s.z[r * s.ldz + d];
+                const float* Bt = s.bc + r * s.ldbc;
+                loadFloats<NS, VEC>(Bt + n0, bv[g], N - n0);
+                loadFloats<NS, VEC>(Bt + N + n0, cv[g], N - n0);
             }
-            --ck_left;
-        }
-        if constexpr (FUSE) {
-            dt_raw = projectDt(k.dt, r, d, lane, S);
-            if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the separate product would have written
-        }
-        const float delta = softplusf(dt_raw);
-        const float du = delta * u;
-        const float* Bt = s.bc + r * s.ldbc;
-        float bv[NS];
-        loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
-        if (k.mode == kChunkLocal) {
-            dsum += delta;
 #pragma unroll
-            for (int i = 0; i < NS; ++i)
-                if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
-            continue;
-        }
-        float cv[NS];
-        loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
-        // the step, and the lane's share of y_t = Σ_n h_n·C_t[n] in state order (summed over lanes by shuffles)
-        float acc = 0.f;
+            for (int g = 0; g < G; ++g) {
+                if (tg + g >= t1) break;
+                const int64_t r = r0 + tg + g;
+                const float delta = softplusf(dtv[g]);
+                const float du = delta * uv[g];
+                float acc = 0.f;
 #pragma unroll
-        for (int i = 0; i < NS; ++i) {
-            if (n0 + i < N) {
-                h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
-                acc = fmaf(h[i], cv[i], acc);
+                for (int i = 0; i < NS; ++i) {
+                    if (n0 + i < N) {
+                        h[i] = scanUpdate(h[i], a2[i], delta, du, bv[g][i]);
+                        acc = fmaf(h[i], cv[g][i], acc);
+                    }
+                }
+                for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+                if (active && lane == 0) s.out[r * E + d] = (acc + dskip * uv[g]) * siluf(zv[g]);
             }
         }
-        for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
+    } else {
+        // The next step's per-channel inputs are loaded one step ahead (they do not depend on h).
+        float dt_next = 0.f, u_next = 0.f, z_next = 0.f;
+        if (t0 < t1) {
+            if (!FUSE) dt_next = s.dt[(r0 + t0) * E + d];
+            u_next = s.u[(r0 + t0) * E + d];
+            if (k.mode != kChunkLocal) z_next = s.z[(r0 + t0) * s.ldz + d];
+        }
+        for (int t = t0; t < t1; ++t) {
+            const int64_t r = r0 + t;
+            float dt_raw = dt_next;
+            const float u = u_next, z = z_next;
+            if (t + 1 < t1) {
+                if (!FUSE) dt_next = s.dt[(r + 1) * E + d];
+                u_next = s.u[(r + 1) * E + d];
+                if (k.mode != kChunkLocal) z_next = s.z[(r + 1) * s.ldz + d];
+            }
+            if constexpr (CKPT) {
+                if (ck_left == 0) {
+                    if (active)
+    #pragma unroll
+                        for (int i = 0; i < NS; ++i)
+                            if (n0 + i < N) ck[n0 + i] = h[i];
+                    ck += static_cast<int64_t>(E) * N;
+                    ck_left = k.ck_chunk;
+                }
+                --ck_left;
+            }
+            if constexpr (FUSE) {
+                dt_raw = projectDt(k.dt, r, d, lane, S);
+                if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the separate product would have written
+            }
+            const float delta = softplusf(dt_raw);
+            const float du = delta * u;
+            const float* Bt = s.bc + r * s.ldbc;
+            float bv[NS];
+            loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
+            if (k.mode == kChunkLocal) {
+                dsum += delta;
+    #pragma unroll
+                for (int i = 0; i < NS; ++i)
+                    if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
+                continue;
+            }
+            float cv[NS];
+            loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
+            // the step, and the lane's share of y_t = Σ_n h_n·C_t[n] in state order (summed over lanes by shuffles)
+            float acc = 0.f;
+    #pragma unroll
+            for (int i = 0; i < NS; ++i) {
+                if (n0 + i < N) {
+                    h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
+                    acc = fmaf(h[i], cv[i], acc);
+                }
+            }
+            for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+            if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
+        }
     }
     if (!active || k.mode == kChunkOutput) return;
 #pragma unroll
@@ -250,10 +289,23 @@ void lanesFor(int N, bool wide, int* ns, int* lanes) {
 
 enum class Variant { Plain, FusedDt, Checkpoints };
 
+constexpr int kScanGroup = 8;  // steps per load group of the grouped walk
+
 template <int NS, bool VEC>
 void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant v, dim3 grid, dim3 block) {
     switch (v) {
-        case Variant::Plain: launch(name, ex, scanKernel<NS, false, false, VEC>, grid, block, 0, k); break;
+        case Variant::Plain:
+            // a whole-sequence walk in the narrow layout that leaves most of the GPU idle is bound by each step's
+            // load latency: the grouped walk
+            if constexpr (NS == 4) {
+                // (H200: the one-row DETERMINISTIC prefill's scan 3.50 -> 2.06 ms, docs/benchmarks.md)
+                if (k.mode == kWhole && k.s.steps >= 2 * kScanGroup && grid.x < static_cast<unsigned>(ex.sms) * 2) {
+                    launch(name, ex, scanKernel<NS, false, false, VEC, kScanGroup>, grid, block, 0, k);
+                    break;
+                }
+            }
+            launch(name, ex, scanKernel<NS, false, false, VEC>, grid, block, 0, k);
+            break;
         case Variant::FusedDt: launch(name, ex, scanKernel<NS, true, false, VEC>, grid, block, 0, k); break;
         case Variant::Checkpoints: launch(name, ex, scanKernel<NS, false, true, VEC>, grid, block, 0, k); break;
     }

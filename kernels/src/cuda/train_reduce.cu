@@ -107,25 +107,19 @@ void sumPartials(const Exec& ex, const double* part, int64_t m, double* out) {
     launch("sum partials", ex, sumPartialsKernel, dim3(1), dim3(kSumThreads), 0, part, m, out);
 }
 
-
 void sumInto(const Exec& ex, const float* x, int64_t n, bool squares, double* out, const Scratch& scratch) {
     const int64_t chunks = n > 0 ? (n + kSumChunk - 1) / kSumChunk : 0;
     double* part = chunks > 0 ? reinterpret_cast<double*>(scratch.get(5, 2 * chunks)) : nullptr;
-    if (chunks > 0) {
-        if (squares)
-            launch("sum of squares", ex, sumChunksKernel<true>, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0,
-                   x, n, part);
-        else
-            launch("sum", ex, sumChunksKernel<false>, dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0, x, n,
-                   part);
-    }
+    if (chunks > 0)
+        launch(squares ? "sum of squares" : "sum", ex, squares ? sumChunksKernel<true> : sumChunksKernel<false>,
+               dim3(static_cast<unsigned>(chunks)), dim3(kSumThreads), 0, x, n, part);
     sumPartials(ex, part, chunks, out);
 }
 
 __global__ void optimizerControlKernel(OptimizerControlArgs a) {
     pdlWait();
     pdlLaunchDependents();
-    decideOptimizerStep(a.sums, a.nsums, a.loss_sum, a.loss_count, a.loss_bad, a.clip, a.loss_scale, a.factors, a.norm);
+    decideOptimizerStep(a);
 }
 
 void optimizerControl(const Exec& ex, const OptimizerControlArgs& a) {

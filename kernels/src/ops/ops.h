@@ -11,10 +11,9 @@
 // in a fixed order whose pieces are constants of the code (never of the thread count or the GPU).
 #pragma once
 
-#include <cmath>
-
 #include "gemm.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 

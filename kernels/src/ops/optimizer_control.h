@@ -15,42 +15,24 @@
 
 namespace mamba {
 
-MAMBA_HOST_DEVICE inline bool finiteValue(double v) {
-#if defined(__CUDA_ARCH__)
-    return isfinite(v);
-#else
-    return std::isfinite(v);
-#endif
-}
-
-MAMBA_HOST_DEVICE inline double squareRoot(double v) {
-#if defined(__CUDA_ARCH__)
-    return sqrt(v);
-#else
-    return std::sqrt(v);
-#endif
-}
-
 /** Reads the sums (and the loss), writes factors->grad_scale, factors->skip and *norm (see OptimizerControlArgs). */
-MAMBA_HOST_DEVICE inline void decideOptimizerStep(const double* sums, int nsums, const double* loss_sum, double loss_count,
-                                                  bool loss_bad, float clip, float loss_scale, AdamWFactors* factors,
-                                                  double* norm) {
+MAMBA_HOST_DEVICE inline void decideOptimizerStep(const OptimizerControlArgs& a) {
     double ss = 0.0;
-    for (int i = 0; i < nsums; ++i) ss += sums[i];
-    const double n = squareRoot(ss) / loss_scale;  // of the unscaled gradient (a power-of-two scale: exact)
-    *norm = n;
-    bool bad = loss_bad;
+    for (int i = 0; i < a.nsums; ++i) ss += a.sums[i];
+    const double n = std::sqrt(ss) / a.loss_scale;  // of the unscaled gradient (a power-of-two scale: exact)
+    *a.norm = n;
+    bool bad = a.loss_bad;
     // The float the caller sees: a loss that overflows float is as useless as a NaN, even if its gradient is finite.
-    if (loss_sum && loss_count > 0 && !finiteValue(static_cast<float>(*loss_sum / loss_count))) bad = true;
-    if (!finiteValue(n) || bad) {
-        factors->skip = 1.f;
-        factors->grad_scale = 0.f;
+    if (a.loss_sum && a.loss_count > 0 && !std::isfinite(static_cast<float>(*a.loss_sum / a.loss_count))) bad = true;
+    if (!std::isfinite(n) || bad) {
+        a.factors->skip = 1.f;
+        a.factors->grad_scale = 0.f;
         return;
     }
-    factors->skip = 0.f;
-    float gs = clip > 0.f && n > clip ? static_cast<float>(clip / (n + 1e-6)) : 1.f;
-    gs /= loss_scale;  // unscale inside AdamW (exact for powers of two)
-    factors->grad_scale = gs;
+    a.factors->skip = 0.f;
+    float gs = a.clip > 0.f && n > a.clip ? static_cast<float>(a.clip / (n + 1e-6)) : 1.f;
+    gs /= a.loss_scale;  // unscale inside AdamW (exact for powers of two)
+    a.factors->grad_scale = gs;
 }
 
 }  // namespace mamba

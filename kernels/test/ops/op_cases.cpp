@@ -855,7 +855,7 @@ Vec checkpointsOf(const ref::ScanProblem& p, const ref::ScanResult& r, int chunk
 }
 
 Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype, bool bigDt = false,
-                  bool alignedRows = false) {
+                  bool alignedRows = false, bool shapeIndependent = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -868,8 +868,9 @@ Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj
     float* dout = A->poisoned(R * C);
     const int chunks = chunk > 0 ? (T + chunk - 1) / chunk : 0;
     float* dck = chunk > 0 ? A->poisoned(static_cast<int64_t>(B) * chunks * hn) : nullptr;
-    const ScanArgs a{ddt, A->put(s.a), xdbl + s.rank, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip), dh,
-                     s.hstride, dout, B, T, C, N};
+    ScanArgs a{ddt, A->put(s.a), xdbl + s.rank, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip), dh,
+               s.hstride, dout, B, T, C, N};
+    a.shape_independent = shapeIndependent;
     const GemmMode mode = chunk > 0 ? GemmMode::Reproducible : GemmMode::Fast;
     const Gemm g = proj ? Gemm::forward(mode, xdbl, s.ldx, R, s.wdt.m, A->put(s.dtBiasV), ddt, C, 0.f) : Gemm{};
     const ScanCheckpoints ck{dck, chunk};
@@ -1779,7 +1780,7 @@ std::vector<Case> allCases() {
             add("selectiveScan", format("B=2 T=64 C=72 N=16 dtProj %s", ck ? "ckpt/16" : "nockpt"), dtype, ck ? "repro" : "fast",
                 NEED_LOWP | (ck ? NEED_TRAINING : NEED_NONE), false,
                 [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 64, 72, 16, true, ck ? 16 : 0, dtype); });
-    for (int T : {7, 40, 200})  // below and above the wide layout's 32 steps and the chunked scan's minimum
+    for (int T : {7, 40, 200, 203})  // below and above the wide layout's 32 steps, the chunked scan's minimum, the load groups
         add("det.steps.selectiveScan", format("B=3 T=%d C=72 N=16 shape-independent: = T steps = row alone", T), DTYPE_F32,
             "det", NEED_NONE, false, [=](Ops& o, uint64_t s) { return scanShapeIndependentCase(o, s, 3, T, 72, 16); });
     for (int T : {2, 7, 64})
@@ -1791,6 +1792,9 @@ std::vector<Case> allCases() {
             [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 7, 72, 16, false, ck ? 4 : 0, DTYPE_F32, true); });
     add("selectiveScan", "B=1 T=512 C=1536 N=16 dtProj", DTYPE_F32, "fast", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 512, 1536, 16, true, 0, DTYPE_F32); });
+    // a one-row DETERMINISTIC prefill of the 370m shape: the sequential narrow walk over 4,096 steps
+    add("selectiveScan", "B=1 T=4096 C=2048 N=16 shape-independent (det prefill) aligned rows", DTYPE_F32, "det", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 4096, 2048, 16, false, 0, DTYPE_F32, false, true, true); });
     add("selectiveScan", "B=8 T=1 C=1536 N=16 (decode)", DTYPE_F32, "-", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1, 1536, 16, false, 0, DTYPE_F32); });
     // batched decode of the 130m and 2.8b shapes, rows aligned like a model's x_proj output

@@ -532,8 +532,7 @@ public:
         *out = s;
     }
     void optimizerControl(const OptimizerControlArgs& a) override {
-        decideOptimizerStep(a.sums, a.nsums, a.loss_sum, a.loss_count, a.loss_bad, a.clip, a.loss_scale, a.factors,
-                            a.norm);
+        decideOptimizerStep(a);
     }
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) override {
         if (f->skip != 0.f) return;

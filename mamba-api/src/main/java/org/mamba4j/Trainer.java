@@ -962,13 +962,13 @@ public final class Trainer implements AutoCloseable {
             return this;
         }
 
-        /** Clips the global gradient norm to {@code maxNorm} before each optimizer step; 0 (default) disables. */
         /** Whole-step CUDA graphs for stepMse / stepTokens (see {@link Trainer#setStepGraphs}); off by default. */
         public Builder stepGraphs(boolean on) {
             this.stepGraphs = on;
             return this;
         }
 
+        /** Clips the global gradient norm to {@code maxNorm} before each optimizer step; 0 (default) disables. */
         public Builder clipGradNorm(double maxNorm) {
             if (!(maxNorm >= 0) || Double.isInfinite(maxNorm))
                 throw new IllegalArgumentException("clipGradNorm = " + maxNorm + " must be finite and >= 0");

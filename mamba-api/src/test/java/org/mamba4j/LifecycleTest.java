@@ -80,6 +80,9 @@ class LifecycleTest {
             assertClosed("Trainer", t::learningRate);
             assertClosed("Trainer", () -> t.weightDecay("backbone.norm_f.weight"));
             assertClosed("Trainer", t::snapshot);
+            assertClosed("Trainer", () -> t.setStepGraphs(true));
+            assertClosed("Trainer", t::stepGraphs);
+            assertClosed("Trainer", t::stepGraphsOffReason);
             Trainer t2 = Trainer.builder(m).batch(B).seqLen(T).build();
             m.close();
             assertClosed("MambaModel", () -> t2.gradient("backbone.norm_f.weight"));

@@ -5,6 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.Random;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.function.IntFunction;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Tag;
@@ -104,6 +108,39 @@ class StepGraphGpuTest {
             }
             assertEquals("", graphed.stepGraphsOffReason());
             assertSameState(ma, mb, eager, graphed);
+        }
+    }
+    /**
+     * Two models, each with a graphed trainer, stepped from two threads at once (captures and replays interleaving on
+     * the device), must end bit for bit where an eager twin of each, stepped alone, ends.
+     */
+    @org.junit.jupiter.api.Test
+    void twoGraphedTrainersOnTwoThreadsMatchTheirEagerTwins() throws Exception {
+        final int vocab = 97, steps = 5;
+        IntFunction<int[][]> batches = seed -> {
+            Random rng = new Random(seed);
+            int[][] d = new int[2 * steps][B * T];
+            for (int[] row : d) for (int i = 0; i < row.length; i++) row[i] = rng.nextInt(vocab);
+            return d;
+        };
+        ExecutorService pool = Executors.newFixedThreadPool(2);
+        try (MambaModel g0 = model(DType.BF16, vocab); MambaModel g1 = model(MAMBA3, DType.F32, vocab);
+             MambaModel e0 = model(DType.BF16, vocab); MambaModel e1 = model(MAMBA3, DType.F32, vocab);
+             Trainer tg0 = trainer(g0, true); Trainer tg1 = trainer(g1, true);
+             Trainer te0 = trainer(e0, false); Trainer te1 = trainer(e1, false)) {
+            int[][] d0 = batches.apply(21), d1 = batches.apply(22);
+            Future<?> f0 = pool.submit(() -> { for (int s = 0; s < steps; s++) tg0.stepTokens(d0[2 * s], d0[2 * s + 1]); });
+            Future<?> f1 = pool.submit(() -> { for (int s = 0; s < steps; s++) tg1.stepTokens(d1[2 * s], d1[2 * s + 1]); });
+            f0.get();
+            f1.get();
+            for (int s = 0; s < steps; s++) te0.stepTokens(d0[2 * s], d0[2 * s + 1]);
+            for (int s = 0; s < steps; s++) te1.stepTokens(d1[2 * s], d1[2 * s + 1]);
+            assertEquals("", tg0.stepGraphsOffReason());
+            assertEquals("", tg1.stepGraphsOffReason());
+            assertSameState(g0, e0, tg0, te0);
+            assertSameState(g1, e1, tg1, te1);
+        } finally {
+            pool.shutdownNow();
         }
     }
 }
