@@ -9,11 +9,11 @@ namespace mamba::cuda {
 constexpr int kConvMaxWidth = 8;
 
 /** SiLU(bias + Σ_{k<K} w[k]·win[k]), the taps summed in order (convSilu's parallel kernel sums in the same order). */
-__device__ __forceinline__ float convSiluStep(const float (&w)[kConvMaxWidth], const float (&win)[kConvMaxWidth], int K,
-                                              float bias) {
+template <int N>
+__device__ __forceinline__ float convSiluStep(const float (&w)[N], const float (&win)[N], int K, float bias) {
     float acc = bias;
 #pragma unroll
-    for (int k = 0; k < kConvMaxWidth; ++k)
+    for (int k = 0; k < N; ++k)
         if (k < K) acc += w[k] * win[k];
     return siluf(acc);
 }

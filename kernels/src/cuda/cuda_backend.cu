@@ -378,17 +378,13 @@ void CudaBackend::normLinear(const RmsNormArgs& norm, const Gemm& linear) {
 void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, const ConvArgs& conv) {
     Lock lock(mu_);  // recursive: the unfused path takes it again
     requireNormLinearContract(norm, linear);
-    // The conv step rides in the gemv's epilogue when the product is the fused decode gemv, every conv input is one
-    // of its outputs (one step per row, the x half first) and the conv's own buffers overlap none of the product's.
+    // The conv step rides in the gemv's epilogue when the product is the fused decode gemv of one row, every conv input
+    // is one of its outputs (one step, the x half first) and the conv's own buffers overlap none of the product's.
     const int64_t rows = linear.rows, H = static_cast<int64_t>(conv.channels) * (conv.width - 1);
-    const bool epilogue = conv.steps == 1 && conv.batch == rows && conv.x == linear.c && conv.ldx == linear.ldc &&
-                          conv.channels <= linear.w.out && conv.width >= 1 && conv.width <= 8 &&
-                          fuseNormLinear(norm, linear) &&
-                          disjoint(conv.u, span(rows, conv.ldu, conv.channels), linear.c, span(rows, linear.ldc, linear.w.out)) &&
-                          disjoint(conv.history, span(rows, conv.history_stride, H), linear.c,
-                                   span(rows, linear.ldc, linear.w.out)) &&
-                          disjoint(conv.u, span(rows, conv.ldu, conv.channels), conv.history,
-                                   span(rows, conv.history_stride, H));
+    const bool epilogue = rows == 1 && conv.steps == 1 && conv.batch == 1 && conv.x == linear.c &&
+                          conv.channels <= linear.w.out && conv.width >= 1 && conv.width <= kConvEpilogueMaxWidth &&
+                          fuseNormLinear(norm, linear) && disjoint(conv.u, conv.channels, linear.c, linear.w.out) &&
+                          disjoint(conv.history, H, linear.c, linear.w.out) && disjoint(conv.u, conv.channels, conv.history, H);
     if (!epilogue) {
         normLinear(norm, linear);
         convSilu(conv);
@@ -397,7 +393,7 @@ void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, co
     enter();
     const Matrix& w = linear.w;
     const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
-    const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.history_stride, conv.u, conv.ldu, conv.channels, conv.width};
+    const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.u, conv.channels, conv.width};
     gemv(nextExec(), linear.a, linear.lda, static_cast<int>(rows), forwardStorage(w, "normLinearConv"), w.dtype, w.out,
          w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue, &step);
 }

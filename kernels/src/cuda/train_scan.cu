@@ -34,6 +34,7 @@
 #include "train_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace mamba::cuda::train {
 namespace {
@@ -513,7 +514,9 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor (scan backward)");
     const int64_t base_blocks = static_cast<int64_t>(L.ch_blocks) * s.batch;
     const int64_t slots = static_cast<int64_t>(std::max(per_sm, 1)) * ex.sms;
-    const int64_t want = base_blocks >= slots ? 1 : (2 * slots + base_blocks - 1) / base_blocks;
+    int64_t want = base_blocks >= slots ? 1 : (2 * slots + base_blocks - 1) / base_blocks;
+    // EXPERIMENT (branch): MAMBA_SCAN_BWD_GROUPS=g forces g groups, for the A/B of the wave-quantisation rule
+    if (const char* e = std::getenv("MAMBA_SCAN_BWD_GROUPS")) want = std::max(1, std::atoi(e));
     o.groups = static_cast<int>(std::min<int64_t>(o.chunks, want));
     o.per_group = (o.chunks + o.groups - 1) / o.groups;
     o.groups = (o.chunks + o.per_group - 1) / o.per_group;

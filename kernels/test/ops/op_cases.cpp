@@ -1827,6 +1827,9 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1024, 1536, 16, false, 64, DTYPE_F32); });
     add("selectiveScanBackward", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 1024, 1536, 16, 64, false, true); });
+    // the 130m LM training step's shape (B 8 × T 2048: 32 chunks; timing)
+    add("selectiveScanBackward", "B=8 T=2048 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 2048, 1536, 16, 64, false, true); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})
