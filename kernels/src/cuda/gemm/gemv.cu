@@ -46,39 +46,40 @@ struct GemvArgs {
 };
 
 /**
- * The conv epilogue's inputs for output channel o, one value per lane 0 … 7 of the output's group: taps 0–3, history
- * 0–2, bias. Loaded when the output's product starts, so they arrive while its weights stream; the epilogue gathers
- * them by shuffles (one register per lane, where a window held by the storing lane spilled).
+ * The conv epilogue's inputs for output channel o — taps 0–3, history 0–2, bias — copied by lanes 0 … 7 of the output's
+ * group into the group's 8 floats of shared memory with cp.async when the output's product starts: they arrive while
+ * its weights stream and hold no register (the gemv kernels sit at their register cap; a window kept in registers
+ * spilled).
  */
-__device__ __forceinline__ float loadConvPart(const ConvEpilogue& c, int o, int lane) {
-    if (o >= c.channels || lane >= 8) return 0.f;
+__device__ __forceinline__ void loadConvInputs(const ConvEpilogue& c, int o, int lane, float* slot) {
+    if (o >= c.channels || lane >= 8) return;
     const int K = c.width, H = K - 1;
-    if (lane < 4) return lane < K ? c.w[o * K + lane] : 0.f;
-    if (lane < 7) return lane - 4 < H ? c.history[static_cast<int64_t>(o) * H + lane - 4] : 0.f;
-    return c.bias[o];
+    const float* src = nullptr;
+    if (lane < 4) src = lane < K ? c.w + o * K + lane : nullptr;
+    else if (lane < 7) src = lane - 4 < H ? c.history + static_cast<int64_t>(o) * H + lane - 4 : nullptr;
+    else src = c.bias + o;
+    if (!src) return;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot + lane));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
 }
 
 /**
  * u[o] = SiLU(conv of the history and x), the history moved on by one (convSilu's stepwise arithmetic). All lanes of
- * the warp call it (shuffles within groups of G ≤ 32 lanes); the group's lane 0 stores.
+ * the group call it; its lane 0 stores.
  */
-template <int G>
-__device__ __forceinline__ void convEpilogue(const ConvEpilogue& c, int o, int lane, float part, float x) {
-    static_assert(G >= 8 && G <= 32, "the conv epilogue's eight values come from the group's first eight lanes");
+__device__ __forceinline__ void convEpilogue(const ConvEpilogue& c, int o, int lane, float* slot, float x) {
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncwarp();
+    if (lane != 0 || o >= c.channels) return;
     constexpr int W = kConvEpilogueMaxWidth;
+    const int K = c.width, H = K - 1;
     float w[W], win[W];
 #pragma unroll
     for (int k = 0; k < W; ++k) {
-        w[k] = __shfl_sync(0xffffffffu, part, k, G);
-        win[k] = k + 1 < W ? __shfl_sync(0xffffffffu, part, 4 + k, G) : 0.f;
+        w[k] = k < K ? slot[k] : 0.f;
+        win[k] = k < H ? slot[4 + k] : k == H ? x : 0.f;
     }
-    const float bias = __shfl_sync(0xffffffffu, part, 7, G);
-    if (lane != 0 || o >= c.channels) return;
-    const int K = c.width, H = K - 1;
-#pragma unroll
-    for (int k = 0; k < W; ++k)
-        if (k == H) win[k] = x;
-    c.u[o] = convSiluStep(w, win, K, bias);
+    c.u[o] = convSiluStep(w, win, K, slot[7]);
     float* hist = c.history + static_cast<int64_t>(o) * H;
 #pragma unroll
     for (int k = 0; k + 1 < W; ++k)
@@ -173,7 +174,7 @@ __device__ __forceinline__ float storeOutput(const GemvArgs& a, int r, int o, fl
 
 template <int R, int G, int NO, bool CONV>
 __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[NO][R], int lane, int grp, int o0,
-                                               float (*red)[NO * R], const ConvEpilogue& conv, float conv_part) {
+                                               float (*red)[NO * R], const ConvEpilogue& conv, float* conv_slot) {
     constexpr int kWarpLanes = G < 32 ? G : 32;
 #pragma unroll
     for (int t = 0; t < NO; ++t)
@@ -206,7 +207,8 @@ __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[N
     if constexpr (CONV) {
         // one row, one output per group (gemvBody's static_assert); every lane joins the epilogue's shuffles
         const float v = lane == 0 && o0 < a.out ? storeOutput(a, 0, o0, acc[0][0]) : 0.f;
-        convEpilogue<G>(conv, o0, lane, conv_part, v);
+        convEpilogue(conv, o0, lane, conv_slot, v);
+        __syncwarp();  // the slot is refilled for the next output only after lane 0 has read it
         return;
     }
     if (lane == 0) {
@@ -289,8 +291,12 @@ __device__ __forceinline__ void gemvBody(const GemvArgs& a, const ConvEpilogue& 
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
     int use_s = 0, use_j = 0;
-    float conv_part = 0.f;  // CONV: this lane's share of the current output's conv inputs, in flight while it streams
-    if constexpr (CONV) conv_part = loadConvPart(conv, group * NO, lane);
+    float* conv_slot = nullptr;  // CONV: the group's 8 floats of shared memory for the current output's conv inputs
+    if constexpr (CONV) {
+        __shared__ float conv_slots[kThreads / 8][8];
+        conv_slot = conv_slots[grp];
+        loadConvInputs(conv, group * NO, lane, conv_slot);
+    }
     for (int f = 0; f < total; f += D) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
@@ -317,7 +323,7 @@ __device__ __forceinline__ void gemvBody(const GemvArgs& a, const ConvEpilogue& 
                     }
                 }
                 if (++use_s == steps) {
-                    reduceAndStore<R, G, NO, CONV>(a, acc, lane, grp, (group + use_j * groups) * NO, red[use_j & 1], conv, conv_part);
+                    reduceAndStore<R, G, NO, CONV>(a, acc, lane, grp, (group + use_j * groups) * NO, red[use_j & 1], conv, conv_slot);
 #pragma unroll
                     for (int t = 0; t < NO; ++t)
 #pragma unroll
@@ -325,7 +331,7 @@ __device__ __forceinline__ void gemvBody(const GemvArgs& a, const ConvEpilogue& 
                     use_s = 0;
                     ++use_j;
                     if constexpr (CONV) {
-                        if (use_j < a.per_group) conv_part = loadConvPart(conv, (group + use_j * groups) * NO, lane);
+                        if (use_j < a.per_group) loadConvInputs(conv, (group + use_j * groups) * NO, lane, conv_slot);
                     }
                 }
             }
