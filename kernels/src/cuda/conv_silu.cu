@@ -8,12 +8,13 @@
 //  - parallel: one thread per (channel, tile of kTile positions) reads each position's K taps from x or
 //    the history (overlapping windows hit L1), then a second small kernel rewrites the history (it must
 //    run after every position has read the old one).
+#include "conv_step.cuh"
 #include "kernels.h"
 
 namespace mamba::cuda {
 namespace {
 
-constexpr int kMaxWidth = 8;
+constexpr int kMaxWidth = kConvMaxWidth;
 constexpr int kTile = 8;  // positions per thread in the parallel kernel
 
 __global__ void convStepwiseKernel(ConvArgs c) {
@@ -34,14 +35,10 @@ __global__ void convStepwiseKernel(ConvArgs c) {
     const int64_t row0 = static_cast<int64_t>(b) * c.steps;
     for (int t = 0; t < c.steps; ++t) {
         const float xv = c.x[(row0 + t) * c.ldx + d];
-        float acc = bias;
 #pragma unroll
         for (int k = 0; k < kMaxWidth; ++k)
             if (k == H) win[k] = xv;  // the newest tap (compile-time indices keep win in registers)
-#pragma unroll
-        for (int k = 0; k < kMaxWidth; ++k)
-            if (k < K) acc += w[k] * win[k];
-        c.u[(row0 + t) * c.ldu + d] = siluf(acc);
+        c.u[(row0 + t) * c.ldu + d] = convSiluStep(w, win, K, bias);
 #pragma unroll
         for (int k = 0; k + 1 < kMaxWidth; ++k)
             if (k < H) win[k] = win[k + 1];

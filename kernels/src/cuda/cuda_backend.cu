@@ -375,6 +375,29 @@ void CudaBackend::normLinear(const RmsNormArgs& norm, const Gemm& linear) {
     runGemm(linear);
 }
 
+void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, const ConvArgs& conv) {
+    Lock lock(mu_);  // recursive: the unfused path takes it again
+    requireNormLinearContract(norm, linear);
+    // The conv step rides in the gemv's epilogue when the product is the fused decode gemv of one row, every conv input
+    // is one of its outputs (one step, the x half first) and the conv's own buffers overlap none of the product's.
+    const int64_t rows = linear.rows, H = static_cast<int64_t>(conv.channels) * (conv.width - 1);
+    const bool epilogue = rows == 1 && conv.steps == 1 && conv.batch == 1 && conv.x == linear.c &&
+                          conv.channels <= linear.w.out && conv.width >= 1 && conv.width <= kConvEpilogueMaxWidth &&
+                          fuseNormLinear(norm, linear) && disjoint(conv.u, conv.channels, linear.c, linear.w.out) &&
+                          disjoint(conv.history, H, linear.c, linear.w.out) && disjoint(conv.u, conv.channels, conv.history, H);
+    if (!epilogue) {
+        normLinear(norm, linear);
+        convSilu(conv);
+        return;
+    }
+    enter();
+    const Matrix& w = linear.w;
+    const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
+    const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.u, conv.channels, conv.width};
+    gemv(nextExec(), linear.a, linear.lda, static_cast<int>(rows), forwardStorage(w, "normLinearConv"), w.dtype, w.out,
+         w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue, &step);
+}
+
 void CudaBackend::embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) {
     Lock lock(mu_);
     enter();

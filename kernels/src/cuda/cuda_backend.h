@@ -61,6 +61,7 @@ public:
 
     void rmsnorm(const RmsNormArgs& a) override;
     void normLinear(const RmsNormArgs& norm, const Gemm& linear) override;
+    void normLinearConv(const RmsNormArgs& norm, const Gemm& linear, const ConvArgs& conv) override;
     void embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) override;
     void negExp(const float* a_log, float* a, int64_t n) override;
     void toLowPrecision(const float* src, void* dst, int64_t n, int dtype) override;

@@ -360,6 +360,15 @@ public:
         gemm(linear);
     }
     /**
+     * Named fusion: normLinear(norm, linear), then convSilu(conv), whose input must be the product's first conv.channels
+     * outputs (conv.x == linear.c, conv.ldx == linear.ldc, one row per conv batch row). Decode's in_proj + conv: a
+     * backend may run the conv step inside the product's epilogue. Default: the two ops in sequence.
+     */
+    virtual void normLinearConv(const RmsNormArgs& norm, const Gemm& linear, const ConvArgs& conv) {
+        normLinear(norm, linear);
+        convSilu(conv);
+    }
+    /**
      * out[r, :] = table[ids[r], :] (f32 out) for r < rows: table.out = vocabulary rows, table.in = width; ids are
      * backend int32, already range-checked; the table may be stored F32, BF16 or F16.
      */

@@ -365,6 +365,66 @@ Prepared normLinearCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64
     return p;
 }
 
+/**
+ * normLinearConv (decode's in_proj then conv): B rows of one step, the product [x | z] = rmsnorm(h)·Wᵀ (2·E outputs),
+ * then u = SiLU(conv(history ++ x)) over the first E outputs. Against the double reference, and bit for bit against
+ * the same backend running normLinear and convSilu separately (a fused epilogue must be the conv kernel's step).
+ */
+Prepared normLinearConvCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int B, int d, int E, int K) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = d + 3, ldn = d + 1, ldo = 2 * E + 2, ldu = E + 4, H = static_cast<int64_t>(E) * (K - 1), hstride = H + 3;
+    const std::vector<float> x = padded(rng, B, ldx, d, -2, 2);
+    const std::vector<float> nw = uniform(rng, d, 0.5, 1.5);
+    const Weight w = putWeight(*A, rng, 2 * E, d, dtype, 1.0 / std::sqrt(d), false);
+    const std::vector<float> cw = uniform(rng, static_cast<int64_t>(E) * K, -1.5 / std::sqrt(K), 1.5 / std::sqrt(K));
+    const std::vector<float> cb = uniform(rng, E, -0.5, 0.5);
+    const std::vector<float> hist = padded(rng, B, hstride, H, -1, 1);
+    const float *dx = A->put(x), *dnw = A->put(nw), *dcw = A->put(cw), *dcb = A->put(cb);
+    // the fused call and its separate twin, each with its own outputs and history
+    float *dn = A->poisoned(B * ldn), *dxz = A->poisoned(B * ldo), *du = A->poisoned(B * ldu), *dh = A->put(hist);
+    float *dn2 = A->poisoned(B * ldn), *dxz2 = A->poisoned(B * ldo), *du2 = A->poisoned(B * ldu), *dh2 = A->put(hist);
+    const RmsNormArgs norm{dx, ldx, dnw, B, d, kNormEps, dn, ldn}, norm2{dx, ldx, dnw, B, d, kNormEps, dn2, ldn};
+    const Gemm lin = Gemm::forward(mode, dn, ldn, B, w.m, nullptr, dxz, ldo, 0.f);
+    const Gemm lin2 = Gemm::forward(mode, dn2, ldn, B, w.m, nullptr, dxz2, ldo, 0.f);
+    const ConvArgs conv{dxz, ldo, dcw, dcb, dh, hstride, du, ldu, B, 1, E, K};
+    const ConvArgs conv2{dxz2, ldo, dcw, dcb, dh2, hstride, du2, ldu, B, 1, E, K};
+    p.call = [&ops, norm, lin, conv, norm2, lin2, conv2] {
+        ops.normLinearConv(norm, lin, conv);
+        ops.normLinear(norm2, lin2);
+        ops.convSilu(conv2);
+    };
+    const Vec n = ref::rmsnorm(dense(x, B, ldx, d), B, d, toDouble(nw), kNormEps);
+    const Vec y = ref::gemmForward(n, B, w.stored, 2 * E, d, {}, 0.0, {});
+    ref::ConvProblem cp;
+    cp.batch = B, cp.steps = 1, cp.channels = E, cp.width = K;
+    cp.x.resize(static_cast<size_t>(B) * E);
+    for (int b = 0; b < B; ++b)
+        for (int e = 0; e < E; ++e) cp.x[static_cast<size_t>(b) * E + e] = y[static_cast<size_t>(b) * 2 * E + e];
+    cp.w = toDouble(cw);
+    cp.bias = toDouble(cb);
+    cp.history = dense(hist, B, hstride, H);
+    const ref::ConvResult want = ref::convSilu(cp);
+    const double ytol = gemmTol(dtype) + kTolNorm, utol = ytol + kTolConv;
+    p.check = [=] {
+        const std::vector<float> gn = A->get(dn, B * ldn), gy = A->get(dxz, B * ldo), gu = A->get(du, B * ldu),
+                                 gh = A->get(dh, B * hstride);
+        const std::vector<float> gy2 = A->get(dxz2, B * ldo), gu2 = A->get(du2, B * ldu), gh2 = A->get(dh2, B * hstride);
+        return std::vector<Compare>{nmax("norm.y", strip(gn, B, ldn, d), n, activationTol(dtype, kTolNorm)),
+                                    nmax("xz", strip(gy, B, ldo, 2 * E), y, ytol), padding("xz", gy, B, ldo, 2 * E),
+                                    nmax("u", strip(gu, B, ldu, E), want.u, utol), padding("u", gu, B, ldu, E),
+                                    nmax("history", strip(gh, B, hstride, H), want.history, ytol),
+                                    padding("history", gh, B, hstride, H),
+                                    bits("xz = separate ops", strip(gy, B, ldo, 2 * E), strip(gy2, B, ldo, 2 * E)),
+                                    bits("u = separate ops", strip(gu, B, ldu, E), strip(gu2, B, ldu, E)),
+                                    bits("history = separate ops", strip(gh, B, hstride, H), strip(gh2, B, hstride, H))};
+    };
+    p.flops = 2.0 * B * 2 * E * d;
+    p.bytes = storageBytes(dtype) * 2.0 * E * d + 4.0 * B * (d + 3 * E + 2 * H);
+    return p;
+}
+
 Prepared rmsnormBackwardCase(Ops& ops, uint64_t seed, int64_t rows, int d, float beta, bool tiny) {
     Rng rng(seed);
     Prepared p = start(ops);
@@ -1629,6 +1689,14 @@ std::vector<Case> allCases() {
                     dtype, modeName(mode), lowp(dtype), false,
                     [=](Ops& o, uint64_t s) { return normLinearCase(o, s, mode, dtype, rows, 96, 80, rows == 9); });
     for (int dtype : dtypes)
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Deterministic})
+            for (int B : {1, 3, 8})
+                add("normLinearConv", format("B=%d d=96 E=72 K=4 (decode)", B), dtype, modeName(mode), lowp(dtype), false,
+                    [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, mode, dtype, B, 96, 72, 4); });
+    for (int dtype : dtypes)
+        add("normLinearConv", "B=1 d=768 E=1536 K=4 (130m decode)", dtype, "fast", lowp(dtype), true,
+            [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, GemmMode::Fast, dtype, 1, 768, 1536, 4); });
+    for (int dtype : dtypes)
         add("normLinear", "rows=1 d=768 out=3072 (decode)", dtype, "fast", lowp(dtype), true,
             [=](Ops& o, uint64_t s) { return normLinearCase(o, s, GemmMode::Fast, dtype, 1, 768, 3072, false); });
     for (int64_t rows : {1, 7, 64})
@@ -1754,11 +1822,14 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 67, 72, 16, 16, false, true); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64, false, true); });
-    // the 130m training shape at B 8 × T 1024 (chunk-parallel forward and backward: 16 chunks, 8 groups)
+    // the 130m training shape at B 8 × T 1024 (chunk-parallel forward; the backward's 384 blocks fill 73% of the H200's slots: one group)
     add("selectiveScan", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1024, 1536, 16, false, 64, DTYPE_F32); });
     add("selectiveScanBackward", "B=8 T=1024 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 1024, 1536, 16, 64, false, true); });
+    // the 130m LM training step's shape (B 8 × T 2048: 32 chunks; timing)
+    add("selectiveScanBackward", "B=8 T=2048 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 2048, 1536, 16, 64, false, true); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})

@@ -53,13 +53,12 @@ void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     float* conv_hist = c.state;              // row b at + b·state_stride
     float* ssm = c.state + d_.conv_state;
 
-    // [x | z] = in_proj(RMSNorm(h)): a named fusion, a backend may normalise inside the product.
-    ops.normLinear(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, b.normed.data(), D},
-                   Gemm::forward(c.mode, b.normed.data(), D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f));
-
-    // u = SiLU(conv1d(x)), the history carried.
-    ops.convSilu(ConvArgs{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
-                          c.B, c.T, E, d_.d_conv});
+    // [x | z] = in_proj(RMSNorm(h)), then u = SiLU(conv1d(x)) with the history carried: a named fusion, a backend
+    // may normalise inside the product and (decode) run the conv step in its epilogue.
+    ops.normLinearConv(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, b.normed.data(), D},
+                       Gemm::forward(c.mode, b.normed.data(), D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f),
+                       ConvArgs{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
+                                c.B, c.T, E, d_.d_conv});
 
     // [δ | B | C] = x_proj(u)
     ops.gemm(Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f));

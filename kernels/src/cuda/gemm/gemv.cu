@@ -14,6 +14,7 @@
 //    kernel, so with programmatic dependent launch their latency hides under the previous kernel's tail.
 #include "gemv.h"
 
+#include "../conv_step.cuh"
 #include "../lane_load.cuh"
 #include "../lowp.cuh"
 #include "mamba/mamba.h"
@@ -43,6 +44,47 @@ struct GemvArgs {
     NormPrologue norm;  // NORM variant only
     int per_group;      // outputs each group computes: o = group + j·(groups in the grid), j < per_group
 };
+
+/**
+ * The conv epilogue's inputs for output channel o — taps 0–3, history 0–2, bias — copied by lanes 0 … 7 of the output's
+ * group into the group's 8 floats of shared memory with cp.async when the output's product starts: they arrive while
+ * its weights stream and hold no register (the gemv kernels sit at their register cap; a window kept in registers
+ * spilled).
+ */
+__device__ __forceinline__ void loadConvInputs(const ConvEpilogue& c, int o, int lane, float* slot) {
+    if (o >= c.channels || lane >= 8) return;
+    const int K = c.width, H = K - 1;
+    const float* src = nullptr;
+    if (lane < 4) src = lane < K ? c.w + o * K + lane : nullptr;
+    else if (lane < 7) src = lane - 4 < H ? c.history + static_cast<int64_t>(o) * H + lane - 4 : nullptr;
+    else src = c.bias + o;
+    if (!src) return;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot + lane));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+
+/**
+ * u[o] = SiLU(conv of the history and x), the history moved on by one (convSilu's stepwise arithmetic). All lanes of
+ * the group call it; its lane 0 stores.
+ */
+__device__ __forceinline__ void convEpilogue(const ConvEpilogue& c, int o, int lane, float* slot, float x) {
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncwarp();
+    if (lane != 0 || o >= c.channels) return;
+    constexpr int W = kConvEpilogueMaxWidth;
+    const int K = c.width, H = K - 1;
+    float w[W], win[W];
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+        w[k] = k < K ? slot[k] : 0.f;
+        win[k] = k < H ? slot[4 + k] : k == H ? x : 0.f;
+    }
+    c.u[o] = convSiluStep(w, win, K, slot[7]);
+    float* hist = c.history + static_cast<int64_t>(o) * H;
+#pragma unroll
+    for (int k = 0; k + 1 < W; ++k)
+        if (k < H) hist[k] = win[k + 1];
+}
 
 // A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32 (lowp.cuh).
 template <typename W, bool VEC> struct Chunk;
@@ -121,9 +163,18 @@ template <int R> constexpr int kRingDepth = 8 / kRowsPerLane<R>;
  * (+ beta·y). `red` is this tuple's half of a double buffer (parity of its index), so that the next tuple's
  * writes never race with this one's reads.
  */
-template <int R, int G, int NO>
+/** y[r, o] = v (+ bias) (+ beta·y); returns what it stored. */
+__device__ __forceinline__ float storeOutput(const GemvArgs& a, int r, int o, float v) {
+    float* yp = a.y + r * a.ldy + o;
+    if (a.bias) v += a.bias[o];
+    if (a.beta != 0.f) v += a.beta * *yp;
+    *yp = v;
+    return v;
+}
+
+template <int R, int G, int NO, bool CONV>
 __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[NO][R], int lane, int grp, int o0,
-                                               float (*red)[NO * R]) {
+                                               float (*red)[NO * R], const ConvEpilogue& conv, float* conv_slot) {
     constexpr int kWarpLanes = G < 32 ? G : 32;
 #pragma unroll
     for (int t = 0; t < NO; ++t)
@@ -153,6 +204,13 @@ __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[N
                 }
         }
     }
+    if constexpr (CONV) {
+        // one row, one output per group (gemvBody's static_assert); every lane joins the epilogue's shuffles
+        const float v = lane == 0 && o0 < a.out ? storeOutput(a, 0, o0, acc[0][0]) : 0.f;
+        convEpilogue(conv, o0, lane, conv_slot, v);
+        __syncwarp();  // the slot is refilled for the next output only after lane 0 has read it
+        return;
+    }
     if (lane == 0) {
 #pragma unroll
         for (int t = 0; t < NO; ++t) {
@@ -160,13 +218,7 @@ __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[N
             if (o >= a.out) continue;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                if (r < a.rows) {
-                    float* yp = a.y + r * a.ldy + o;
-                    float v = acc[t][r];
-                    if (a.bias) v += a.bias[o];
-                    if (a.beta != 0.f) v += a.beta * *yp;
-                    *yp = v;
-                }
+                if (r < a.rows) storeOutput(a, r, o, acc[t][r]);
             }
         }
     }
@@ -177,8 +229,9 @@ __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[N
  * q·NO … q·NO + NO − 1. Each lane keeps the same k positions for every output, in ascending order, so an
  * output's arithmetic depends on G alone — not on R, NO, the grid or the schedule.
  */
-template <typename W, int R, int G, bool VEC, bool NORM>
-__global__ void __launch_bounds__(kThreads, R == 1 ? 4 : R <= 4 ? 2 : 1) gemvKernel(GemvArgs a) {
+template <typename W, int R, int G, bool VEC, bool NORM, bool CONV>
+__device__ __forceinline__ void gemvBody(const GemvArgs& a, const ConvEpilogue& conv) {
+    static_assert(!CONV || (R == 1 && NORM), "the conv epilogue is decode's in_proj: one row, rmsnorm fused");
     using C = Chunk<W, VEC>;
     constexpr int V = C::kElems;
     constexpr int NO = kRowsPerLane<R>;
@@ -238,6 +291,12 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 4 : R <= 4 ? 2 : 1) gemvKer
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
     int use_s = 0, use_j = 0;
+    float* conv_slot = nullptr;  // CONV: the group's 8 floats of shared memory for the current output's conv inputs
+    if constexpr (CONV) {
+        __shared__ float conv_slots[kThreads / 8][8];
+        conv_slot = conv_slots[grp];
+        loadConvInputs(conv, group * NO, lane, conv_slot);
+    }
     for (int f = 0; f < total; f += D) {
 #pragma unroll
         for (int u = 0; u < D; ++u) {
@@ -264,17 +323,31 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 4 : R <= 4 ? 2 : 1) gemvKer
                     }
                 }
                 if (++use_s == steps) {
-                    reduceAndStore<R, G, NO>(a, acc, lane, grp, (group + use_j * groups) * NO, red[use_j & 1]);
+                    reduceAndStore<R, G, NO, CONV>(a, acc, lane, grp, (group + use_j * groups) * NO, red[use_j & 1], conv, conv_slot);
 #pragma unroll
                     for (int t = 0; t < NO; ++t)
 #pragma unroll
                         for (int r = 0; r < R; ++r) acc[t][r] = 0.f;
                     use_s = 0;
                     ++use_j;
+                    if constexpr (CONV) {
+                        if (use_j < a.per_group) loadConvInputs(conv, (group + use_j * groups) * NO, lane, conv_slot);
+                    }
                 }
             }
         }
     }
+}
+
+template <typename W, int R, int G, bool VEC, bool NORM>
+__global__ void __launch_bounds__(kThreads, R == 1 ? 4 : R <= 4 ? 2 : 1) gemvKernel(GemvArgs a) {
+    gemvBody<W, R, G, VEC, NORM, false>(a, ConvEpilogue{});
+}
+
+/** The fused rmsnorm + one-row gemv with decode's conv step in its epilogue (ConvEpilogue). */
+template <typename W, int G>
+__global__ void __launch_bounds__(kThreads, 4) gemvConvKernel(GemvArgs a, ConvEpilogue conv) {
+    gemvBody<W, 1, G, true, true, true>(a, conv);
 }
 
 /**
@@ -299,8 +372,9 @@ int residentBlocksPerSm(Kernel kernel, size_t smem) {
     return blocks;
 }
 
-template <typename Kernel>
-void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& args, int g, size_t smem, int rows_per_lane) {
+template <typename Kernel, typename... Extra>
+void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& args, int g, size_t smem, int rows_per_lane,
+               const Extra&... extra) {
     // Above 48 KiB a kernel must opt in to more dynamic shared memory. The attribute belongs to the device
     // context, which every backend on the device shares, so it is set on each such launch (a cheap host
     // call, legal during graph capture) instead of being remembered in a process-wide flag, and always to
@@ -332,7 +406,7 @@ void launchOne(const Exec& ex, Kernel kernel, const GemvArgs& args, int g, size_
     GemvArgs a = args;
     a.per_group = static_cast<int>(per_group);
     launch(smem ? "gemv (rmsnorm fused)" : "gemv", ex, kernel, dim3(blocksFor(tuples, per_block * a.per_group)),
-           dim3(kThreads), smem, a);
+           dim3(kThreads), smem, a, extra...);
 }
 
 template <typename W, int R, bool VEC, bool NORM>
@@ -353,10 +427,21 @@ void launchG(const Exec& ex, const GemvArgs& a, int G) {
 }
 
 template <typename W, int R, bool VEC>
-void launchN(const Exec& ex, const GemvArgs& a, int G, bool norm) {
+void launchN(const Exec& ex, const GemvArgs& a, int G, bool norm, const ConvEpilogue* conv) {
     if constexpr (VEC) {
         if (norm) {
             // the prologue caps G at 32 (see gemv()), so only those instantiations exist
+            if constexpr (R == 1) {
+                if (conv) {
+                    const size_t smem = a.in * sizeof(float);
+                    switch (G) {
+                        case 8: launchOne(ex, gemvConvKernel<W, 8>, a, 8, smem, 1, *conv); break;
+                        case 16: launchOne(ex, gemvConvKernel<W, 16>, a, 16, smem, 1, *conv); break;
+                        default: launchOne(ex, gemvConvKernel<W, 32>, a, 32, smem, 1, *conv); break;
+                    }
+                    return;
+                }
+            }
             switch (G) {
                 case 8: launchOne(ex, gemvKernel<W, R, 8, true, true>, a, 8, a.rows * a.in * sizeof(float), kRowsPerLane<R>); break;
                 case 16: launchOne(ex, gemvKernel<W, R, 16, true, true>, a, 16, a.rows * a.in * sizeof(float), kRowsPerLane<R>); break;
@@ -369,17 +454,17 @@ void launchN(const Exec& ex, const GemvArgs& a, int G, bool norm) {
 }
 
 template <typename W, bool VEC>
-void launchR(const Exec& ex, const GemvArgs& a, int G, bool norm) {
-    if (a.rows <= 1) launchN<W, 1, VEC>(ex, a, G, norm);
-    else if (a.rows <= 2) launchN<W, 2, VEC>(ex, a, G, norm);
-    else if (a.rows <= 4) launchN<W, 4, VEC>(ex, a, G, norm);
-    else launchN<W, 8, VEC>(ex, a, G, norm);
+void launchR(const Exec& ex, const GemvArgs& a, int G, bool norm, const ConvEpilogue* conv) {
+    if (a.rows <= 1) launchN<W, 1, VEC>(ex, a, G, norm, conv);
+    else if (a.rows <= 2) launchN<W, 2, VEC>(ex, a, G, norm, conv);
+    else if (a.rows <= 4) launchN<W, 4, VEC>(ex, a, G, norm, conv);
+    else launchN<W, 8, VEC>(ex, a, G, norm, conv);
 }
 
 template <typename W>
-void launchW(const Exec& ex, const GemvArgs& a, bool vec, int G, bool norm) {
-    if (vec) launchR<W, true>(ex, a, G, norm);
-    else launchR<W, false>(ex, a, G, norm);
+void launchW(const Exec& ex, const GemvArgs& a, bool vec, int G, bool norm, const ConvEpilogue* conv) {
+    if (vec) launchR<W, true>(ex, a, G, norm, conv);
+    else launchR<W, false>(ex, a, G, norm, conv);
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -406,7 +491,7 @@ bool gemvNormFusable(const Exec& ex, int rows, const void* w, int wdtype, int in
 }
 
 void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
-          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm) {
+          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm, const ConvEpilogue* conv) {
     if (rows <= 0 || out <= 0) return;
     if (rows > kGemvMaxRows) throw std::logic_error("gemv: rows > kGemvMaxRows");
     const int V = isLowp(wdtype) ? 8 : 4;
@@ -415,6 +500,9 @@ void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, 
     const bool vec = norm ? gemvNormFusable(ex, rows, w, wdtype, in)
                           : in % V == 0 && aligned16(w) && aligned16(x) && ldx % 4 == 0;
     if (norm && !vec) throw std::logic_error("gemv: rmsnorm prologue on a weight that gemvNormFusable rejects");
+    if (conv && (conv->width < 1 || conv->width > kConvEpilogueMaxWidth || conv->channels > out || rows != 1 || !norm))
+        throw std::logic_error("gemv: a conv epilogue needs one row, the rmsnorm prologue, a width in [1, 4] and no more "
+                               "channels than outputs");
     const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}, 1};
     int G = gemvGroupSize(ex, wdtype, out, in, vec);
     // With the prologue every block normalises the input again: at least 8 outputs per block keep that
@@ -425,9 +513,9 @@ void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, 
         const double waves = static_cast<double>(out) * G / kThreads / (4.0 * ex.sms);
         if (G >= 16 && waves >= 1.2 && waves <= 2.2) G /= 2;
     }
-    if (wdtype == DTYPE_BF16) launchW<__nv_bfloat16>(ex, a, vec, G, norm != nullptr);
-    else if (wdtype == DTYPE_F16) launchW<__half>(ex, a, vec, G, norm != nullptr);
-    else launchW<float>(ex, a, vec, G, norm != nullptr);
+    if (wdtype == DTYPE_BF16) launchW<__nv_bfloat16>(ex, a, vec, G, norm != nullptr, conv);
+    else if (wdtype == DTYPE_F16) launchW<__half>(ex, a, vec, G, norm != nullptr, conv);
+    else launchW<float>(ex, a, vec, G, norm != nullptr, conv);
 }
 
 }  // namespace mamba::cuda

@@ -30,6 +30,24 @@ struct NormPrologue {
     int64_t ldy;
 };
 
+/**
+ * A causal depthwise conv + SiLU fused behind a one-row gemv (decode's in_proj at B = 1, Ops::normLinearConv): for every
+ * output o < channels, u[o] = SiLU(bias[o] + Σ_k w[o, k]·(history[o, :] ++ y[o])[k]) and the history moves on by one —
+ * convSilu's arithmetic (conv_step.cuh), bit for bit. The lane that stores an output loads its taps, bias and history
+ * when the output's product starts, so the epilogue adds no load latency (an epilogue that loaded them itself made
+ * every B = 1 decode 9–40% slower on the H200).
+ */
+struct ConvEpilogue {
+    // width ≤ kConvEpilogueMaxWidth (every Mamba checkpoint's d_conv is 4): the window stays in registers
+    const float* w;     // [channels, width]
+    const float* bias;  // [channels]
+    float* history;     // [channels, width − 1], oldest first; read and rewritten
+    float* u;           // [channels]; null: no epilogue
+    int channels, width;
+};
+
+constexpr int kConvEpilogueMaxWidth = 4;
+
 /** Widest row a fused rmsnorm + gemv takes (8 normalised rows live in shared memory). */
 constexpr int kNormFuseMaxWidth = 6144;
 
@@ -37,10 +55,12 @@ constexpr int kNormFuseMaxWidth = 6144;
  * y[r, 0:out] = beta·y[r] + x[r]·Wᵀ (+ bias) for r < rows ≤ kGemvMaxRows, W [out, in] row-major stored as
  * f32 (wdtype DTYPE_F32/TF32), bf16 or f16; f32 accumulation. Rows are computed independently with the
  * same arithmetic whatever `rows` is, so a batch row equals the same row run alone, bit for bit.
- * With `norm`, x is first computed as rmsnorm(norm->x) inside the kernel (see gemvNormFusable).
+ * With `norm`, x is first computed as rmsnorm(norm->x) inside the kernel (see gemvNormFusable); with `conv` (one row,
+ * `norm` given), the outputs below conv->channels are also run through the conv step (ConvEpilogue).
  */
 void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, int wdtype, int out, int in,
-          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm = nullptr);
+          const float* bias, float* y, int64_t ldy, float beta, const NormPrologue* norm = nullptr,
+          const ConvEpilogue* conv = nullptr);
 
 /**
  * Whether gemv can take the rmsnorm prologue for `rows` rows of this weight: 1 … kGemvMaxRows rows, whole
