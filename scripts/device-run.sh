@@ -7,7 +7,7 @@
 #   3. the CUDA kernel test program, if built (.cudatest/kernel_test)   4. decode and generation benchmarks
 #   engine: the continuous-batching engine under 1/16/64/256 concurrent clients (EngineBench)
 #   finetune: fine-tuning against transformers (scripts/device-hf-finetune.sh)
-#   ops: every CUDA op case of the op test carried as .device/op_test.xz (see device-optest.sh)
+#   ops: every CUDA op case of the op test carried in .device-ops/ (see device-optest.sh)
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)

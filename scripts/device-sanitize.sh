@@ -3,9 +3,9 @@
 #   1. every CUDA op case of kernels/test/ops (op_test --backend cuda), and
 #   2. one prefill, decode step (eager, captured, replayed) and training step from Java (DeviceSanitizeProbe).
 # Prepare here (the op test is built with CUDA wherever nvcc is, so nothing is compiled there):
-#   mvn -B -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm
-#   xz -T0 -c presets/cppbuild/linux-x86_64/bin/op_test > .device/op_test.xz
-# then on the device (carry [".device"]), from the repo root:
+#   mvn -B -q install -DskipTests && scripts/device-bundle.sh mamba-api mamba-lm   (also packs .device-ops/: the op test)
+# then on the device (carry [".device", ".device-ops"]; device-bundle.sh prints both sizes, which with the ~3.4 MB
+# tree must fit the 64 MiB limit together), from the repo root:
 #   bash scripts/device-sanitize.sh [TOOL ...]        default: memcheck racecheck initcheck synccheck
 # SAN_TIMEOUT (seconds per tool and program, default 240) bounds each run: a run cut short says so in the summary
 # and counts as a failure. Logs and $OUT/summary.txt (each run's ERROR SUMMARY) go to $OUT.
