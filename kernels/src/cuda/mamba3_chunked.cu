@@ -48,6 +48,32 @@ constexpr int kScal = 8 * kQ;     // per-step scalars: γ, Δ(1−σ), c, weight
 
 static_assert(kQ == 64, "the product tiles assume 64-step chunks");
 
+/**
+ * (x0, x1) rotated by −θ (cosine c, sine s) into a chunk's frame — the fused form both passes use for the chunk-local
+ * states and their gradients, so the forward and the backward round alike.
+ */
+__device__ __forceinline__ void toChunkFrame(float c, float s, float x0, float x1, float& y0, float& y1) {
+    y0 = fmaf(c, x0, __fmul_rn(s, x1));
+    y1 = fmaf(c, x1, -__fmul_rn(s, x0));
+}
+
+/**
+ * One chunk boundary of the state recurrence (the forward's S̃ and the backward's dS alike): X is stored in the
+ * chunk's frame at own[n0], own[n1] (n1 only when has1), and the carry across the boundary is Y = e·X + rot_θ(A).
+ * Y may alias X.
+ */
+__device__ __forceinline__ void handOver(float* own, int n0, int n1, bool has1, float c, float s, float e, float x0,
+                                         float x1, float a0, float a1, float& y0, float& y1) {
+    float f0, f1;
+    toChunkFrame(c, s, x0, x1, f0, f1);
+    own[n0] = f0;
+    if (has1) own[n1] = f1;
+    float r0, r1;
+    m3::rotate(c, s, a0, a1, r0, r1);
+    y0 = fmaf(e, x0, r0);
+    y1 = fmaf(e, x1, r1);
+}
+
 struct Geom {
     int N, P, NA, C;  // d_state, headdim, angles, chunks
     int ldn;          // row stride of n-indexed rows [t][n] (≡ 4 mod 32)
@@ -305,14 +331,9 @@ __global__ void __launch_bounds__(kThreads) m3ChunkPassKernel(Mamba3ScanArgs s, 
             }
             const float bv = __fmul_rn(b0[j], vp);
             const float T0 = fmaf(bv, kp0, S0), T1 = fmaf(bv, kp1, S1);  // S̃ (global frame)
-            float* own = ownBase + static_cast<int64_t>(c) * P * N;
-            own[n0] = fmaf(cs, T0, __fmul_rn(sn, T1));  // S̃ in the chunk's frame: rotated by −θ_c
-            if (has1) own[n1] = fmaf(cs, T1, -__fmul_rn(sn, T0));
-            float G0, G1;
-            m3::rotate(cs, sn, L0[j], L1[j], G0, G1);
-            const float e = expf(cl[j]);
-            S0 = fmaf(e, T0, G0);
-            S1 = fmaf(e, T1, G1);
+            // S̃ in the chunk's frame, then the state entering the next chunk: e^{c}·S̃ + rot_θ(the chunk's own part)
+            handOver(ownBase + static_cast<int64_t>(c) * P * N, n0, n1, has1, cs, sn, expf(cl[j]), T0, T1, L0[j], L1[j],
+                     S0, S1);
             m3::rotate(cs, sn, kl0[j], kl1[j], kp0, kp1);
             vp = xl[j];
             if (rot) th = m3::advanceAngle(th, ph[j]);
@@ -598,8 +619,7 @@ __device__ __forceinline__ void foldedPair(const float* ck, const Mamba3Offsets&
     const float T0 = fmaf(bv, kp0, S0), T1 = fmaf(bv, kp1, S1);
     if (m < NA) {
         const float cs = cth[m], sn = sth[m];
-        L0 = fmaf(cs, T0, __fmul_rn(sn, T1));
-        L1 = fmaf(cs, T1, -__fmul_rn(sn, T0));
+        toChunkFrame(cs, sn, T0, T1, L0, L1);
     } else {
         L0 = T0;
         L1 = T1;
@@ -845,13 +865,8 @@ __global__ void __launch_bounds__(kThreads) m3BwdPassKernel(Mamba3ScanBackwardAr
                 cs = cosf(t0[j]);
                 sn = sinf(t0[j]);
             }
-            own[n0] = fmaf(cs, G0, __fmul_rn(sn, G1));  // dS_end in the chunk's frame
-            if (has1) own[n1] = fmaf(cs, G1, -__fmul_rn(sn, G0));
-            float R0, R1;
-            m3::rotate(cs, sn, O0[j], O1[j], R0, R1);
-            const float e = expf(cl[j]);
-            G0 = fmaf(e, G0, R0);
-            G1 = fmaf(e, G1, R1);
+            // dS_end in the chunk's frame, then the gradient leaving the chunk leftwards
+            handOver(own, n0, n1, has1, cs, sn, expf(cl[j]), G0, G1, O0[j], O1[j], G0, G1);
         }
     }
     float* d0 = ws + bg.dS0 + (static_cast<int64_t>(bh) * P + p) * N;
