@@ -158,11 +158,6 @@ __device__ __forceinline__ void normPrologue(const GemvArgs& a, float* xs) {
 template <int R> constexpr int kRowsPerLane = R == 1 ? 1 : R == 2 ? 2 : 4;
 template <int R> constexpr int kRingDepth = 8 / kRowsPerLane<R>;
 
-/**
- * Sums each of the NO outputs' G lane partials (a lane order fixed by G alone) and writes them: y = acc (+ bias)
- * (+ beta·y). `red` is this tuple's half of a double buffer (parity of its index), so that the next tuple's
- * writes never race with this one's reads.
- */
 /** y[r, o] = v (+ bias) (+ beta·y); returns what it stored. */
 __device__ __forceinline__ float storeOutput(const GemvArgs& a, int r, int o, float v) {
     float* yp = a.y + r * a.ldy + o;
@@ -172,6 +167,11 @@ __device__ __forceinline__ float storeOutput(const GemvArgs& a, int r, int o, fl
     return v;
 }
 
+/**
+ * Sums each of the NO outputs' G lane partials (a lane order fixed by G alone) and writes them: y = acc (+ bias)
+ * (+ beta·y). `red` is this tuple's half of a double buffer (parity of its index), so that the next tuple's
+ * writes never race with this one's reads.
+ */
 template <int R, int G, int NO, bool CONV>
 __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[NO][R], int lane, int grp, int o0,
                                                float (*red)[NO * R], const ConvEpilogue& conv, float* conv_slot) {
@@ -205,7 +205,7 @@ __device__ __forceinline__ void reduceAndStore(const GemvArgs& a, float (&acc)[N
         }
     }
     if constexpr (CONV) {
-        // one row, one output per group (gemvBody's static_assert); every lane joins the epilogue's shuffles
+        // one row, one output per group (gemvBody's static_assert); every lane joins the epilogue's wait for its inputs
         const float v = lane == 0 && o0 < a.out ? storeOutput(a, 0, o0, acc[0][0]) : 0.f;
         convEpilogue(conv, o0, lane, conv_slot, v);
         __syncwarp();  // the slot is refilled for the next output only after lane 0 has read it
