@@ -32,8 +32,9 @@ for step in $steps; do
     engine) bash .device/run.sh main org.mamba4j.bench.EngineBench --device cuda 2>&1 | tee "$OUT/engine_bench.log" ;;
     gemv) bash scripts/device-gemv.sh run > /dev/null; grep -E 'PASSED|FAILED|read rate' "$OUT/gemv.md" ;;
     decode) bash .device/run.sh main org.mamba4j.bench.GpuDecodeBench --quick --json "$OUT/gpu-decode.json" 2>&1 | tee "$OUT/decode_bench.log" | grep -E '^\| (130m|370m|1.4b|2.8b) '
+            # band 10%, not the CPU's 25%: fresh H200s agree within ±6% on this table, and 25% let a 16% loss through
             bash .device/run.sh main org.mamba4j.bench.BenchCompare --current "$OUT/gpu-decode.json" \
-              --baseline benchmarks/baselines/nvidia-h200.json 2>&1 | tee "$OUT/decode_compare.log" | tail -5 ;;
+              --baseline benchmarks/baselines/nvidia-h200.json --band 0.10 2>&1 | tee "$OUT/decode_compare.log" | tail -5 ;;
     finetune) bash scripts/device-hf-finetune.sh ;;
     server) # the sample server over loopback on the GPU (bundle must include samples): 130m shape, 1/16/64 clients
             for c in 1 16 64; do
