@@ -14,7 +14,6 @@
 namespace mamba::cuda {
 namespace {
 
-constexpr int kMaxWidth = kConvMaxWidth;
 constexpr int kTile = 8;  // positions per thread in the parallel kernel
 
 __global__ void convStepwiseKernel(ConvArgs c) {
@@ -25,9 +24,9 @@ __global__ void convStepwiseKernel(ConvArgs c) {
     const int b = static_cast<int>(i / c.channels), d = static_cast<int>(i % c.channels);
     const int K = c.width, H = K - 1;
     float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
-    float w[kMaxWidth], win[kMaxWidth];
+    float w[kConvMaxWidth], win[kConvMaxWidth];
 #pragma unroll
-    for (int k = 0; k < kMaxWidth; ++k) {
+    for (int k = 0; k < kConvMaxWidth; ++k) {
         w[k] = k < K ? c.w[d * K + k] : 0.f;
         win[k] = k < H ? hist[k] : 0.f;
     }
@@ -36,15 +35,15 @@ __global__ void convStepwiseKernel(ConvArgs c) {
     for (int t = 0; t < c.steps; ++t) {
         const float xv = c.x[(row0 + t) * c.ldx + d];
 #pragma unroll
-        for (int k = 0; k < kMaxWidth; ++k)
+        for (int k = 0; k < kConvMaxWidth; ++k)
             if (k == H) win[k] = xv;  // the newest tap (compile-time indices keep win in registers)
         c.u[(row0 + t) * c.ldu + d] = convSiluStep(w, win, K, bias);
 #pragma unroll
-        for (int k = 0; k + 1 < kMaxWidth; ++k)
+        for (int k = 0; k + 1 < kConvMaxWidth; ++k)
             if (k < H) win[k] = win[k + 1];
     }
 #pragma unroll
-    for (int k = 0; k < kMaxWidth; ++k)
+    for (int k = 0; k < kConvMaxWidth; ++k)
         if (k < H) hist[k] = win[k];
 }
 
@@ -56,9 +55,9 @@ __global__ void convParallelKernel(ConvArgs c) {
     const int64_t tile = blockIdx.y + static_cast<int64_t>(blockIdx.z) * gridDim.y;
     const int64_t rows = static_cast<int64_t>(c.batch) * c.steps;
     const int K = c.width, H = K - 1;
-    float w[kMaxWidth];
+    float w[kConvMaxWidth];
 #pragma unroll
-    for (int k = 0; k < kMaxWidth; ++k) w[k] = k < K ? c.w[d * K + k] : 0.f;
+    for (int k = 0; k < kConvMaxWidth; ++k) w[k] = k < K ? c.w[d * K + k] : 0.f;
     const float bias = c.bias[d];
     for (int j = 0; j < kTile; ++j) {
         const int64_t r = tile * kTile + j;  // position row b*T + t
@@ -68,7 +67,7 @@ __global__ void convParallelKernel(ConvArgs c) {
         const int64_t row0 = static_cast<int64_t>(b) * c.steps;
         float acc = bias;
 #pragma unroll
-        for (int k = 0; k < kMaxWidth; ++k) {
+        for (int k = 0; k < kConvMaxWidth; ++k) {
             if (k < K) {
                 const int src = t - H + k;  // time of the input this tap multiplies
                 const float v = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
@@ -88,14 +87,14 @@ __global__ void convHistoryKernel(ConvArgs c) {
     const int H = c.width - 1;
     float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
     const int64_t row0 = static_cast<int64_t>(b) * c.steps;
-    float next[kMaxWidth];
+    float next[kConvMaxWidth];
 #pragma unroll
-    for (int k = 0; k < kMaxWidth; ++k) {
+    for (int k = 0; k < kConvMaxWidth; ++k) {
         const int src = c.steps - H + k;
         if (k < H) next[k] = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
     }
 #pragma unroll
-    for (int k = 0; k < kMaxWidth; ++k)
+    for (int k = 0; k < kConvMaxWidth; ++k)
         if (k < H) hist[k] = next[k];
 }
 
@@ -103,7 +102,7 @@ __global__ void convHistoryKernel(ConvArgs c) {
 
 void convSilu(const Exec& ex, const ConvArgs& c) {
     if (c.batch <= 0 || c.steps <= 0 || c.channels <= 0) return;
-    if (c.width < 1 || c.width > kMaxWidth)
+    if (c.width < 1 || c.width > kConvMaxWidth)
         throw std::invalid_argument("convSilu: width " + std::to_string(c.width) + " is outside [1, 8]");
     const int64_t lanes = static_cast<int64_t>(c.batch) * c.channels;
     const bool stepwise = c.steps <= 8 || lanes >= static_cast<int64_t>(ex.sms) * 1024;

@@ -365,14 +365,18 @@ void CudaBackend::normLinear(const RmsNormArgs& norm, const Gemm& linear) {
     requireNormLinearContract(norm, linear);
     enter();
     if (fuseNormLinear(norm, linear)) {
-        const Matrix& w = linear.w;
-        const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
-        gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), forwardStorage(w, "normLinear"), w.dtype,
-             w.out, w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue);
+        fusedNormGemv(norm, linear, nullptr);
         return;
     }
     cuda::rmsnorm(nextExec(), norm);
     runGemm(linear);
+}
+
+void CudaBackend::fusedNormGemv(const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv) {
+    const Matrix& w = linear.w;
+    const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
+    gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), forwardStorage(w, "normLinear"), w.dtype, w.out,
+         w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue, conv);
 }
 
 void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, const ConvArgs& conv) {
@@ -391,11 +395,8 @@ void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, co
         return;
     }
     enter();
-    const Matrix& w = linear.w;
-    const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
     const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.u, conv.channels, conv.width};
-    gemv(nextExec(), linear.a, linear.lda, static_cast<int>(rows), forwardStorage(w, "normLinearConv"), w.dtype, w.out,
-         w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue, &step);
+    fusedNormGemv(norm, linear, &step);
 }
 
 void CudaBackend::embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) {

@@ -144,6 +144,8 @@ private:
     bool fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const;
     bool fuseDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck, const ScanPlan& plan) const;
     ScanPlan planFor(const ScanArgs& s, const ScanCheckpoints* ck) const;
+    /** The fused rmsnorm + gemv of a product fuseNormLinear accepted, with decode's conv step behind it when `conv`. */
+    void fusedNormGemv(const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv);
 
     /** A training stage's workspace (see train::Scratch); grows outside captures only. */
     train::Scratch trainScratch();

@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             if constexpr (CKPT) {
                 if (ck_left == 0) {
                     if (active)
-    #pragma unroll
+#pragma unroll
                         for (int i = 0; i < NS; ++i)
                             if (n0 + i < N) ck[n0 + i] = h[i];
                     ck += static_cast<int64_t>(E) * N;
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
             if (k.mode == kChunkLocal) {
                 dsum += delta;
-    #pragma unroll
+#pragma unroll
                 for (int i = 0; i < NS; ++i)
                     if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
                 continue;
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
             // the step, and the lane's share of y_t = Σ_n h_n·C_t[n] in state order (summed over lanes by shuffles)
             float acc = 0.f;
-    #pragma unroll
+#pragma unroll
             for (int i = 0; i < NS; ++i) {
                 if (n0 + i < N) {
                     h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
@@ -295,10 +295,9 @@ template <int NS, bool VEC>
 void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant v, dim3 grid, dim3 block) {
     switch (v) {
         case Variant::Plain:
-            // a whole-sequence walk in the narrow layout that leaves most of the GPU idle is bound by each step's
-            // load latency: the grouped walk
+            // A whole-sequence walk in the narrow layout that leaves most of the GPU idle is bound by each step's
+            // load latency: the grouped walk (H200: the one-row DETERMINISTIC prefill's scan 3.50 -> 2.06 ms).
             if constexpr (NS == 4) {
-                // (H200: the one-row DETERMINISTIC prefill's scan 3.50 -> 2.06 ms, docs/benchmarks.md)
                 if (k.mode == kWhole && k.s.steps >= 2 * kScanGroup && grid.x < static_cast<unsigned>(ex.sms) * 2) {
                     launch(name, ex, scanKernel<NS, false, false, VEC, kScanGroup>, grid, block, 0, k);
                     break;

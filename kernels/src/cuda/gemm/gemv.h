@@ -33,12 +33,12 @@ struct NormPrologue {
 /**
  * A causal depthwise conv + SiLU fused behind a one-row gemv (decode's in_proj at B = 1, Ops::normLinearConv): for every
  * output o < channels, u[o] = SiLU(bias[o] + Σ_k w[o, k]·(history[o, :] ++ y[o])[k]) and the history moves on by one —
- * convSilu's arithmetic (conv_step.cuh), bit for bit. The lane that stores an output loads its taps, bias and history
- * when the output's product starts, so the epilogue adds no load latency (an epilogue that loaded them itself made
- * every B = 1 decode 9–40% slower on the H200).
+ * convSilu's arithmetic (conv_step.cuh), bit for bit. Its own kernel (gemvConvKernel): the inputs are copied into
+ * shared memory when the output's product starts, so the epilogue waits on no load, and the other gemv kernels stay
+ * as they were (docs/cuda-backend.md, "Conv epilogue").
  */
 struct ConvEpilogue {
-    // width ≤ kConvEpilogueMaxWidth (every Mamba checkpoint's d_conv is 4): the window stays in registers
+    // width ≤ kConvEpilogueMaxWidth (every Mamba checkpoint's d_conv is 4): 4 taps + 3 history + bias = one 8-float slot
     const float* w;     // [channels, width]
     const float* bias;  // [channels]
     float* history;     // [channels, width − 1], oldest first; read and rewritten
