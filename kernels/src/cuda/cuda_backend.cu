@@ -348,6 +348,7 @@ bool CudaBackend::fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) co
     const Matrix& w = linear.w;
     if (!fuse_ || rows < 1 || rows > fastGemvMaxRows(w.dtype) || linear.mode == GemmMode::Deterministic) return false;
     if (!gemvNormFusable(exec_, static_cast<int>(rows), forwardStorage(w, "normLinear"), w.dtype, w.in)) return false;
+    if (!gemvNormFusionPays(exec_, static_cast<int>(rows), w.dtype, w.out, w.in)) return false;
     const int64_t x_n = span(rows, norm.ldx, norm.d), y_n = span(rows, norm.ldy, norm.d);
     const int64_t c_n = span(rows, linear.ldc, w.out);
     return disjoint(norm.x, x_n, norm.y, y_n) && disjoint(linear.c, c_n, norm.x, x_n) &&

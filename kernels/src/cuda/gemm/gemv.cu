@@ -470,7 +470,31 @@ void launchW(const Exec& ex, const GemvArgs& a, bool vec, int G, bool norm, cons
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 bool isLowp(int wdtype) { return wdtype == DTYPE_BF16 || wdtype == DTYPE_F16; }
 
+/** Waves of a gemv of `out` outputs with group size G (4 blocks of kThreads per SM). */
+double wavesOf(const Exec& ex, int out, int G) { return static_cast<double>(out) * G / kThreads / (4.0 * ex.sms); }
+
 }  // namespace
+
+int normGroupSize(const Exec& ex, int wdtype, int out, int in) {
+    int G = gemvGroupSize(ex, wdtype, out, in, true);
+    // With the prologue every block normalises the input again: at least 8 outputs per block keep that
+    // re-read (from L2) small next to the weights; between ~1.2 and ~2.2 waves, half the group size
+    // makes it one wave instead.
+    if (G > 32) G = 32;
+    const double waves = wavesOf(ex, out, G);
+    if (G >= 16 && waves >= 1.2 && waves <= 2.2) G /= 2;
+    return G;
+}
+
+bool gemvNormFusionPays(const Exec& ex, int rows, int wdtype, int out, int in) {
+    // One row at more than 2.2 waves of the prologue's capped group size and at most kBalancedMaxWaves (the balanced
+    // schedule): 2.8b's in_proj (2.4 waves). There the plain gemv, with its larger group, plus a separate rmsnorm
+    // beat the fused kernel (H200, 2026-12-02, docs/benchmarks.md: B = 1 decode 4,260 -> 3,882 us F32, 2,713 -> 2,590
+    // BF16); every other size measured was faster fused (130m / 370m / 1.4b: 3-15%).
+    if (rows != 1) return true;
+    const double waves = wavesOf(ex, out, normGroupSize(ex, wdtype, out, in));
+    return waves <= 2.2 || waves > kBalancedMaxWaves;
+}
 
 int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised) {
     if (!vectorised) return 32;
@@ -504,15 +528,7 @@ void gemv(const Exec& ex, const float* x, int64_t ldx, int rows, const void* w, 
         throw std::logic_error("gemv: a conv epilogue needs one row, the rmsnorm prologue, a width in [1, 4] and no more "
                                "channels than outputs");
     const GemvArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta, norm ? *norm : NormPrologue{}, 1};
-    int G = gemvGroupSize(ex, wdtype, out, in, vec);
-    // With the prologue every block normalises the input again: at least 8 outputs per block keep that
-    // re-read (from L2) small next to the weights; between ~1.2 and ~2.2 waves, half the group size
-    // makes it one wave instead.
-    if (norm) {
-        if (G > 32) G = 32;
-        const double waves = static_cast<double>(out) * G / kThreads / (4.0 * ex.sms);
-        if (G >= 16 && waves >= 1.2 && waves <= 2.2) G /= 2;
-    }
+    const int G = norm ? normGroupSize(ex, wdtype, out, in) : gemvGroupSize(ex, wdtype, out, in, vec);
     if (wdtype == DTYPE_BF16) launchW<__nv_bfloat16>(ex, a, vec, G, norm != nullptr, conv);
     else if (wdtype == DTYPE_F16) launchW<__half>(ex, a, vec, G, norm != nullptr, conv);
     else launchW<float>(ex, a, vec, G, norm != nullptr, conv);

@@ -70,5 +70,13 @@ bool gemvNormFusable(const Exec& ex, int rows, const void* w, int wdtype, int in
 
 /** Threads that cooperate on one output of a gemv of this shape (ex.gemv_group forces it; for tests/notes). */
 int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised);
+/** The group size of the same product with the rmsnorm prologue (capped so that each block has enough outputs). */
+int normGroupSize(const Exec& ex, int wdtype, int out, int in);
+
+/**
+ * Whether fusing the rmsnorm into this product is faster than running the two apart (a measured rule, see gemv.cu);
+ * a decision of speed only — both paths give the same product of the same normalised rows, each to f32 rounding.
+ */
+bool gemvNormFusionPays(const Exec& ex, int rows, int wdtype, int out, int in);
 
 }  // namespace mamba::cuda
