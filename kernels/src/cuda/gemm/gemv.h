@@ -74,8 +74,9 @@ int gemvGroupSize(const Exec& ex, int wdtype, int out, int in, bool vectorised);
 int normGroupSize(const Exec& ex, int wdtype, int out, int in);
 
 /**
- * Whether fusing the rmsnorm into this product is faster than running the two apart (a measured rule, see gemv.cu);
- * a decision of speed only — both paths give the same product of the same normalised rows, each to f32 rounding.
+ * Whether fusing the rmsnorm into this product is faster than running the two apart (a measured rule, see gemv.cu).
+ * The two paths agree to f32 rounding, not bit for bit (another group size): the fast modes' contract, where a row's
+ * last bits may change with the batch; DETERMINISTIC never fuses.
  */
 bool gemvNormFusionPays(const Exec& ex, int rows, int wdtype, int out, int in);
 
