@@ -6,8 +6,7 @@ import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
-import java.util.concurrent.BrokenBarrierException;
-import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.Phaser;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.mamba4j.Trainer;
@@ -29,7 +28,10 @@ public final class InProcessCommunicator implements Communicator {
     private static final class Group {
         final int world;
         final long timeoutMillis;
-        final CyclicBarrier barrier;
+        // A phaser, not a CyclicBarrier: breaking must also fail the ranks that arrive later. A CyclicBarrier's reset()
+        // only breaks the waiters of the moment and starts a fresh generation, so a rank that had passed the broken
+        // check but not yet reached await() waited out the whole timeout (DataParallelTrainerTest, 2026-12-02).
+        final Phaser barrier;
         final Object[] slots;
         final String[] ops;
         volatile String broken;  // why, once broken
@@ -37,14 +39,14 @@ public final class InProcessCommunicator implements Communicator {
         Group(int world, Duration timeout) {
             this.world = world;
             this.timeoutMillis = Math.max(1, timeout.toMillis());
-            this.barrier = new CyclicBarrier(world);
+            this.barrier = new Phaser(world);
             this.slots = new Object[world];
             this.ops = new String[world];
         }
 
         synchronized void breakWith(String why) {
             if (broken == null) broken = why;
-            barrier.reset();  // waiters get BrokenBarrierException now
+            barrier.forceTermination();  // waiters are released now, and every later arrival sees it terminated
         }
     }
 
@@ -159,15 +161,15 @@ public final class InProcessCommunicator implements Communicator {
     private void await(String op) {
         if (group.world == 1) return;
         try {
-            group.barrier.await(group.timeoutMillis, TimeUnit.MILLISECONDS);
+            final int phase = group.barrier.arrive();
+            if (phase < 0 || group.barrier.awaitAdvanceInterruptibly(phase, group.timeoutMillis, TimeUnit.MILLISECONDS) < 0)
+                throw new CommunicatorException("rank " + rank + " cannot finish " + op + ": the in-process group is broken ("
+                        + (group.broken != null ? group.broken : "another rank timed out") + ")");
         } catch (TimeoutException e) {
             String why = "rank " + rank + " waited " + group.timeoutMillis + " ms in " + op
                     + " for the other ranks of its in-process group: a rank failed or hangs";
             group.breakWith(why);
             throw new CommunicatorException(why);
-        } catch (BrokenBarrierException e) {
-            throw new CommunicatorException("rank " + rank + " cannot finish " + op + ": the in-process group is broken ("
-                    + (group.broken != null ? group.broken : "another rank timed out") + ")");
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             group.breakWith("rank " + rank + " was interrupted in " + op);

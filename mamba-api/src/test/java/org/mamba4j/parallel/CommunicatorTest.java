@@ -12,6 +12,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -125,6 +126,34 @@ class CommunicatorTest {
         assertInstanceOf(CommunicatorException.class, e);
         assertTrue(e.getMessage().contains("replica 1 failed its backward"), e.getMessage());
         assertTrue(elapsedMs(t0) < 10_000);
+    }
+
+    /**
+     * An abort racing with a rank on its way into a collective: the rank fails at once whichever comes first (with a
+     * CyclicBarrier, an abort between the rank's broken check and its wait left it waiting out the whole timeout — a
+     * data-parallel test's 5 minutes). Many rounds, the abort released at the same moment as the collective.
+     */
+    @Test
+    void inProcessAbortRacingAnArrivalFailsItAtOnce() throws Exception {
+        for (int round = 0; round < 300; round++) {
+            List<InProcessCommunicator> g = InProcessCommunicator.group(2, Duration.ofSeconds(60));
+            CountDownLatch go = new CountDownLatch(1);
+            String why = "round " + round;
+            Future<float[]> arriving = pool.submit(() -> {
+                go.await();
+                return g.get(0).allGather(values(0, 3));
+            });
+            Future<Void> aborting = pool.submit(() -> {
+                go.await();
+                g.get(1).abort(why);
+                return null;
+            });
+            long t0 = System.nanoTime();
+            go.countDown();
+            aborting.get(10, TimeUnit.SECONDS);
+            assertInstanceOf(CommunicatorException.class, failure(arriving));
+            assertTrue(elapsedMs(t0) < 10_000, "round " + round + ": the arriving rank waited " + elapsedMs(t0) + " ms");
+        }
     }
 
     @Test
