@@ -11,13 +11,9 @@
 #   gemv: the decode gemv's check + timing harness carried as .device/gemv_bench.xz (see device-gemv.sh)
 #   decode: GpuDecodeBench --quick --json, then the comparison with benchmarks/baselines/nvidia-h200.json
 #   server: the sample server's LoadTest on CUDA (bundle made with the samples module too)
-#   verify-next: (on a next/ branch) that branch's experiment, timed against main's numbers
 #   train: GpuTrainBench (TRAIN_ONLY=substring, TRAIN_STEPS=n, TRAIN_ARGS="--graphs --dtype BF16"); trainprof: ncu per-kernel times of one training step
 # Logs go to $OUT (the device tool brings them back). Steps can be picked: device-run.sh hf tests bench
 set -uo pipefail
-# The verify steps run the parts whose carry came: the op test (.device-ops) and/or the Java bundle (.device)
-have_ops() { [ -f .device-ops/op_test.xz ]; }
-have_java() { [ -x .device/run.sh ]; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 steps=${*:-hf ops tests bench}
 export MAMBA4J_HF_MODELS=/tmp/hf-models PYTHONUNBUFFERED=1

@@ -391,8 +391,7 @@ void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, co
                           fuseNormLinear(norm, linear) && disjoint(conv.u, conv.channels, linear.c, linear.w.out) &&
                           disjoint(conv.history, H, linear.c, linear.w.out) && disjoint(conv.u, conv.channels, conv.history, H);
     if (!epilogue) {
-        normLinear(norm, linear);
-        convSilu(conv);
+        Ops::normLinearConv(norm, linear, conv);  // the two ops, each on its own path
         return;
     }
     enter();

@@ -101,6 +101,25 @@ __device__ __forceinline__ float projectDt(const DtProjection& p, int64_t r, int
     return acc + (p.bias ? p.bias[d] : 0.f);
 }
 
+/**
+ * One step of the lane's NS states, h ← exp(Δ·A)·h + Δu·B, and y_t = Σ_n h_n·C_t[n]: the lane's share in state order,
+ * summed over the S lanes of the channel by shuffles. Both walks of scanKernel step through it (the same bits).
+ */
+template <int NS>
+__device__ __forceinline__ float stepOutput(float (&h)[NS], const float (&a2)[NS], float delta, float du,
+                                            const float (&bv)[NS], const float (&cv)[NS], int n0, int N, int S) {
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        if (n0 + i < N) {
+            h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
+            acc = fmaf(h[i], cv[i], acc);
+        }
+    }
+    for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    return acc;
+}
+
 // G > 1: the grouped walk (kWhole, no fused dt, no checkpoints: DETERMINISTIC prefill).
 template <int NS, bool FUSE, bool CKPT, bool VEC, int G = 1>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
@@ -165,16 +184,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
                 if (tg + g >= t1) break;
                 const int64_t r = r0 + tg + g;
                 const float delta = softplusf(dtv[g]);
-                const float du = delta * uv[g];
-                float acc = 0.f;
-#pragma unroll
-                for (int i = 0; i < NS; ++i) {
-                    if (n0 + i < N) {
-                        h[i] = scanUpdate(h[i], a2[i], delta, du, bv[g][i]);
-                        acc = fmaf(h[i], cv[g][i], acc);
-                    }
-                }
-                for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+                const float acc = stepOutput(h, a2, delta, delta * uv[g], bv[g], cv[g], n0, N, S);
                 if (active && lane == 0) s.out[r * E + d] = (acc + dskip * uv[g]) * siluf(zv[g]);
             }
         }
@@ -224,16 +234,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             }
             float cv[NS];
             loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
-            // the step, and the lane's share of y_t = Σ_n h_n·C_t[n] in state order (summed over lanes by shuffles)
-            float acc = 0.f;
-#pragma unroll
-            for (int i = 0; i < NS; ++i) {
-                if (n0 + i < N) {
-                    h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
-                    acc = fmaf(h[i], cv[i], acc);
-                }
-            }
-            for (int off = S / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+            const float acc = stepOutput(h, a2, delta, du, bv, cv, n0, N, S);
             if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
         }
     }

@@ -42,7 +42,7 @@ struct ConvEpilogue {
     const float* w;     // [channels, width]
     const float* bias;  // [channels]
     float* history;     // [channels, width − 1], oldest first; read and rewritten
-    float* u;           // [channels]; null: no epilogue
+    float* u;           // out: [channels]
     int channels, width;
 };
 
