@@ -23,6 +23,7 @@ import org.mamba4j.MambaState;
  *
  * <pre>
  *   java ... org.mamba4j.bench.GpuDecodeBench [--quick] [--mode DETERMINISTIC|CUBLAS_FAST|CUBLAS_PEDANTIC] [--dtype F32|BF16]
+ *       [--batches 2,16,64 | none]
  *       [--out FILE] [--json FILE]
  * </pre>
  *
@@ -62,6 +63,8 @@ public final class GpuDecodeBench {
     private static GemmMode mode = GemmMode.CUBLAS_FAST;
     /** The storage types measured (--dtype narrows it to one). */
     private static DType[] dtypes = {DType.F32, DType.BF16};
+    /** The batch sizes of the batched table (--batches 2,16 narrows it; --batches none skips it and the prefill). */
+    private static int[] batches = {2, 4, 8, 16, 64, 256};
     private final List<BenchResult> results = new ArrayList<>();
 
     private GpuDecodeBench(boolean quick) {
@@ -78,6 +81,7 @@ public final class GpuDecodeBench {
                 case "--quick" -> quick = true;
                 case "--mode" -> mode = GemmMode.valueOf(args[++i]);
                 case "--dtype" -> dtypes = new DType[] {DType.valueOf(args[++i])};
+                case "--batches" -> batches = parseBatches(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -89,6 +93,11 @@ public final class GpuDecodeBench {
         b.run();
         if (outFile != null) Files.writeString(outFile, b.out.toString());
         if (jsonFile != null) JmhJson.write(jsonFile, b.results);
+    }
+
+    private static int[] parseBatches(String list) {
+        if (list.equals("none")) return new int[0];
+        return java.util.Arrays.stream(list.split(",")).mapToInt(v -> Integer.parseInt(v.trim())).toArray();
     }
 
     /** Records one timing for --json: benchmark GpuDecodeBench.NAME with these parameters, µs per operation. */
@@ -203,7 +212,7 @@ public final class GpuDecodeBench {
                         }
                     }
                     m.setCudaGraphs(true);
-                    for (int batch : new int[] {2, 4, 8, 16, 64, 256}) {  // 2…8: the gemv's batched rows; 16+: cuBLAS
+                    for (int batch : batches) {  // 2…8: the gemv's batched rows; 16+: cuBLAS
                         try (MambaState s = m.newState(batch)) {
                             FloatBuffer x = direct(batch * shape.dModel), y = direct(batch * shape.dModel);
                             Timing backbone = stepUs(m, s, x, y, 10, quick ? 20 : 60);
@@ -217,7 +226,7 @@ public final class GpuDecodeBench {
                                     dt, batch, us, batch * 1e6 / us, 100 * bytes / HBM * 1e6 / us, lm, batch * 1e6 / lm));
                         }
                     }
-                    if (shape.name.equals("370m")) prefill(m, shape, dt);
+                    if (shape.name.equals("370m") && batches.length > 0) prefill(m, shape, dt);
                     long used = freeBefore - Device.cuda(0).freeMemory();
                     memoryRows.add(String.format("| %s | %s | %,d | %.2f | %.2f |", shape.name, dt, m.parameterCount(),
                             (double) built / m.parameterCount(), (double) used / m.parameterCount()));
