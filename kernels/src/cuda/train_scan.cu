@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     float* dcache = red + 2 * SUB * kWarps * 2 * N;  // [K][per_block]: Δ of the chunk's steps (phase 1 → phase 2)
     constexpr bool kFull = S_FIXED > 0;
     static_assert(!kFull || (NS == 4 && S_FIXED == 4), "the reduce-scatter below is written for 8 channels × 8 sums per warp");
+    static_assert(!kFull || SUB == S_FIXED, "kFull: lane q of a channel takes step q of each SUB steps");
     const int S = S_FIXED > 0 ? S_FIXED : L.S;
     const int ch_local = tid / S;
 
@@ -247,10 +248,18 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 #pragma unroll
                 for (int i = 0; i < NS; ++i) dst[i * kThreads] = h[i];
                 float dtv[SUB], uv[SUB], bv[SUB][NS];
+                // kFull: lane q of the channel takes step q's softplus (S = SUB lanes) and hands it round
+                float my_delta = 0.f;
+                if constexpr (kFull) {
+                    if (p.lane < cnt) {
+                        my_delta = softplusf(dtp[p.lane * E]);
+                        dcache[(t0 - ta + p.lane) * L.per_block + ch_local] = my_delta;
+                    }
+                }
 #pragma unroll
                 for (int q = 0; q < SUB; ++q) {
                     if (q < cnt) {
-                        dtv[q] = dtp[q * E];
+                        if constexpr (!kFull) dtv[q] = dtp[q * E];
                         uv[q] = up[q * E];
                         loadFloats<NS, VEC>(bp + q * ldbc, bv[q], N - p.n0);
                     }
@@ -258,8 +267,13 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 #pragma unroll
                 for (int q = 0; q < SUB; ++q) {
                     if (q < cnt) {
-                        const float delta = softplusf(dtv[q]);
-                        if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
+                        float delta;
+                        if constexpr (kFull) {
+                            delta = __shfl_sync(0xffffffffu, my_delta, (wl & ~(S_FIXED - 1)) | q);
+                        } else {
+                            delta = softplusf(dtv[q]);
+                            if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
+                        }
                         const float du = delta * uv[q];
 #pragma unroll
                         for (int i = 0; i < NS; ++i)
@@ -300,6 +314,20 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                         hs[q + 1][i] = (kFull || p.n0 + i < N) ? scanUpdate(hs[q][i], a2[i], dl[q], du, bv[i]) : 0.f;
                 }
             }
+            // kFull: lane q of the channel loads step q's gate inputs and computes its gate values once; dy is handed
+            // round by a shuffle, and each lane keeps what its step stores (written after the walk, lane q row q)
+            float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f, my_dy = 0.f, my_g = 0.f;
+            float my_yv = 0.f, my_du = 0.f, my_sd = 0.f;
+            if constexpr (kFull) {
+                if (p.lane < cnt) {
+                    my_dout = doutp[p.lane * E];
+                    my_z = zp[p.lane * ldz];
+                    my_dtr = dtp[p.lane * E];
+                }
+                const float sz = sigmoidf(my_z);
+                my_dy = my_dout * (my_z * sz);
+                my_g = sz * (1.f + my_z * (1.f - sz));
+            }
 #pragma unroll
             for (int q = SUB - 1; q >= 0; --q) {
                 if (q >= cnt) continue;
@@ -307,9 +335,6 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 float bv[NS], cv[NS];
                 loadFloats<NS, VEC>(bp + q * ldbc, bv, N - p.n0);
                 loadFloats<NS, VEC>(bp + q * ldbc + N, cv, N - p.n0);
-                const float dout = doutp[q * E];
-                const float z = zp[q * ldz];
-                const float dtr = dtp[q * E];
                 // y = Σ_n h·C + D·u, then the gate
                 float yacc = 0.f;
 #pragma unroll
@@ -317,9 +342,18 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     if ((kFull || p.n0 + i < N)) yacc = fmaf(hs[q + 1][i], cv[i], yacc);
                 yacc = groupSum(yacc, S);
                 const float yv = dskip * u + yacc;
-                const float sz = sigmoidf(z);
-                const float dy = dout * (z * sz);
-                const float dz = dout * yv * (sz * (1.f + z * (1.f - sz)));
+                float dy, dz = 0.f, dtr = 0.f;
+                if constexpr (kFull) {
+                    dy = __shfl_sync(0xffffffffu, my_dy, (wl & ~(S_FIXED - 1)) | q);
+                    if (p.lane == q) my_yv = yv;
+                } else {
+                    const float dout = doutp[q * E];
+                    const float z = zp[q * ldz];
+                    dtr = dtp[q * E];
+                    const float sz = sigmoidf(z);
+                    dy = dout * (z * sz);
+                    dz = dout * yv * (sz * (1.f + z * (1.f - sz)));
+                }
                 gD += dy * u;
                 const float du = delta * u;
                 float vB[NS], vC[NS];
@@ -343,7 +377,13 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 }
                 sGB = groupSum(sGB, S);
                 sDelta = groupSum(sDelta, S);
-                if (p.active && p.lane == 0) {
+                if constexpr (kFull) {
+                    const float du_out = dskip * dy + delta * sGB;
+                    if (p.lane == q) {
+                        my_du = du_out;
+                        my_sd = sDelta;
+                    }
+                } else if (p.active && p.lane == 0) {
                     const int64_t r = rs + q;
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
                     const float sp = dtr > 20.f ? 1.f : sigmoidf(dtr);  // softplus'
@@ -387,6 +427,15 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                             }
                         }
                     }
+                }
+            }
+            if constexpr (kFull) {
+                if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
+                    const int64_t r = rs + p.lane;
+                    s.du[r * E + p.d] = my_du;
+                    const float sp = my_dtr > 20.f ? 1.f : sigmoidf(my_dtr);  // softplus'
+                    s.ddt[r * E + p.d] = my_sd * sp;
+                    s.dz[r * s.lddz + p.d] = my_dout * my_yv * my_g;
                 }
             }
             // the sub-chunk's steps: the block's warps added in order (double-buffered: one barrier per sub-chunk)
