@@ -15,6 +15,9 @@
 //     in registers (compile-time indices), then walk it backwards:
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
+// With d_state 16 (4 lanes per channel, SUB = 4) a channel's per-step work — the softplus of step 1, the gate's values and
+// the du / ddt / dz stores of step 2 — is done by one lane per step (lane q takes step q of each SUB, dy and Δ handed
+// round by shuffles) rather than by all four.
 // dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels (for d_state 16 a
 // reduce-scatter: each lane ends with one of the warp's 2N sums), then
 // the block's warps in order through shared memory (one barrier per sub-chunk, for its SUB steps), give one
