@@ -113,8 +113,11 @@ __device__ __forceinline__ int64_t groupIndex(const BackwardOut& o, int b, int g
     return ((static_cast<int64_t>(b) * o.groups + grp) * E + d) * N;
 }
 
-/** Phase 1: P and L of each group but the first (see the header). */
-template <int NS>
+/**
+ * Phase 1: P and L of each group but the first (see the header). S_FIXED = U = 4 (d_state 16): lane q of a channel
+ * computes the Δ and dy of step q of every U and hands them round by shuffles, as the main kernel does.
+ */
+template <int NS, int S_FIXED>
 __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
     pdlWait();
     pdlLaunchDependents();
@@ -132,16 +135,30 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
     // backwards in blocks of 4 steps, each block's loads issued before its dependent updates
     constexpr int U = 4;
+    constexpr bool kShared = S_FIXED == U;  // the channel's lanes share the per-step work
+    static_assert(S_FIXED == 0 || kShared, "carryLocalKernel: lanes per channel 0 (any) or U");
+    const int base_lane = static_cast<int>(threadIdx.x % 32) & ~(U - 1);
     for (int t1 = tb; t1 > ta; t1 -= U) {
         const int cnt = min(U, t1 - ta);
         float dtv[U], zv[U], ov[U], cv[U][NS];
+        float my_delta = 0.f, my_dy = 0.f;
+        if constexpr (kShared) {
+            if (p.lane < cnt) {
+                const int64_t r = row0 + t1 - 1 - p.lane;
+                const float z = s.z[r * s.ldz + p.d];
+                my_delta = softplusf(s.dt[r * E + p.d]);
+                my_dy = s.dout[r * E + p.d] * (z * sigmoidf(z));  // as the main kernel computes it
+            }
+        }
 #pragma unroll
         for (int q = 0; q < U; ++q) {
             if (q < cnt) {
                 const int64_t r = row0 + t1 - 1 - q;
-                dtv[q] = s.dt[r * E + p.d];
-                zv[q] = s.z[r * s.ldz + p.d];
-                ov[q] = s.dout[r * E + p.d];
+                if constexpr (!kShared) {
+                    dtv[q] = s.dt[r * E + p.d];
+                    zv[q] = s.z[r * s.ldz + p.d];
+                    ov[q] = s.dout[r * E + p.d];
+                }
 #pragma unroll
                 for (int i = 0; i < NS; ++i) cv[q][i] = p.n0 + i < N ? s.bc[r * s.ldbc + N + p.n0 + i] : 0.f;
             }
@@ -149,9 +166,15 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
 #pragma unroll
         for (int q = 0; q < U; ++q) {
             if (q < cnt) {
-                const float delta = softplusf(dtv[q]);
-                const float z = zv[q];
-                const float dy = ov[q] * (z * sigmoidf(z));  // as the main kernel computes it
+                float delta, dy;
+                if constexpr (kShared) {
+                    delta = __shfl_sync(0xffffffffu, my_delta, base_lane | q);
+                    dy = __shfl_sync(0xffffffffu, my_dy, base_lane | q);
+                } else {
+                    delta = softplusf(dtv[q]);
+                    const float z = zv[q];
+                    dy = ov[q] * (z * sigmoidf(z));  // as the main kernel computes it
+                }
 #pragma unroll
                 for (int i = 0; i < NS; ++i) {
                     if (p.n0 + i < N) {
@@ -585,8 +608,8 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     if (blocks > 0x7fffffff) throw std::invalid_argument("selectiveScanBackward: too many rows");
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
     if (o.groups > 1) {
-        if (narrow) launch("selectiveScan backward group carries", ex, carryLocalKernel<4>, grid, block, 0, s, L, o);
-        else launch("selectiveScan backward group carries", ex, carryLocalKernel<8>, grid, block, 0, s, L, o);
+        const auto carries = narrow && N == 16 ? carryLocalKernel<4, 4> : narrow ? carryLocalKernel<4, 0> : carryLocalKernel<8, 0>;
+        launch("selectiveScan backward group carries", ex, carries, grid, block, 0, s, L, o);
         const int64_t n_states = static_cast<int64_t>(s.batch) * E * N;
         launch("selectiveScan backward carry combine", ex, carryCombineKernel, dim3(blocksFor(n_states, 256)), dim3(256),
                0, s, o);

@@ -1830,6 +1830,10 @@ std::vector<Case> allCases() {
     // the 130m LM training step's shape (B 8 × T 2048: 32 chunks; timing)
     add("selectiveScanBackward", "B=8 T=2048 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, 2048, 1536, 16, 64, false, true); });
+    // one long sequence (a stream trained window by window): 48 (row, channel block) blocks, so groups of chunks and
+    // the carry kernels
+    add("selectiveScanBackward", "B=1 T=2048 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 1, 2048, 1536, 16, 64, false, true); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})
