@@ -52,6 +52,21 @@ constexpr int kBackwardMinBlocks = NS == 4 ? 4 : 2;
 // 1/y correctly rounded is one MUFU reciprocal plus a fix-up; the same bits as the IEEE division 1.f / y.
 __device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.f + expf(-x)); }
 
+/** softplus'(x) = σ(x), with softplusf's cut-off (softplus(x) = x above 20). */
+__device__ __forceinline__ float softplusGrad(float x) { return x > 20.f ? 1.f : sigmoidf(x); }
+
+/**
+ * The gate out = y·SiLU(z) backwards, given dout: dy = dout·SiLU(z), and g = SiLU'(z), so that dz = dout·y·g.
+ * Every kernel that needs them computes them here (the same bits).
+ */
+struct GateGrad {
+    float dy, g;
+};
+__device__ __forceinline__ GateGrad gateGrad(float dout, float z) {
+    const float sz = sigmoidf(z);
+    return {dout * (z * sz), sz * (1.f + z * (1.f - sz))};
+}
+
 /** Σ over the S lanes that share a channel (S a power of two ≤ 32; all 32 lanes take part). */
 __device__ __forceinline__ float groupSum(float v, int S) {
     for (int off = S / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -137,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
     constexpr int U = 4;
     constexpr bool kShared = S_FIXED == U;  // the channel's lanes share the per-step work
     static_assert(S_FIXED == 0 || kShared, "carryLocalKernel: lanes per channel 0 (any) or U");
-    const int base_lane = static_cast<int>(threadIdx.x % 32) & ~(U - 1);
+    const int lane0 = static_cast<int>(threadIdx.x % 32) & ~(U - 1);  // the channel's first lane in the warp
     for (int t1 = tb; t1 > ta; t1 -= U) {
         const int cnt = min(U, t1 - ta);
         float dtv[U], zv[U], ov[U], cv[U][NS];
@@ -145,9 +160,8 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
         if constexpr (kShared) {
             if (p.lane < cnt) {
                 const int64_t r = row0 + t1 - 1 - p.lane;
-                const float z = s.z[r * s.ldz + p.d];
                 my_delta = softplusf(s.dt[r * E + p.d]);
-                my_dy = s.dout[r * E + p.d] * (z * sigmoidf(z));  // as the main kernel computes it
+                my_dy = gateGrad(s.dout[r * E + p.d], s.z[r * s.ldz + p.d]).dy;
             }
         }
 #pragma unroll
@@ -168,12 +182,11 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
             if (q < cnt) {
                 float delta, dy;
                 if constexpr (kShared) {
-                    delta = __shfl_sync(0xffffffffu, my_delta, base_lane | q);
-                    dy = __shfl_sync(0xffffffffu, my_dy, base_lane | q);
+                    delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
+                    dy = __shfl_sync(0xffffffffu, my_dy, lane0 | q);
                 } else {
                     delta = softplusf(dtv[q]);
-                    const float z = zv[q];
-                    dy = ov[q] * (z * sigmoidf(z));  // as the main kernel computes it
+                    dy = gateGrad(ov[q], zv[q]).dy;
                 }
 #pragma unroll
                 for (int i = 0; i < NS; ++i) {
@@ -235,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     static_assert(!kFull || SUB == S_FIXED, "kFull: lane q of a channel takes step q of each SUB steps");
     const int S = S_FIXED > 0 ? S_FIXED : L.S;
     const int ch_local = tid / S;
+    const int lane0 = wl & ~(S - 1);  // the channel's first lane in the warp (S is a power of two)
 
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
@@ -295,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     if (q < cnt) {
                         float delta;
                         if constexpr (kFull) {
-                            delta = __shfl_sync(0xffffffffu, my_delta, (wl & ~(S_FIXED - 1)) | q);
+                            delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
                         } else {
                             delta = softplusf(dtv[q]);
                             if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
@@ -350,9 +364,9 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     my_z = zp[p.lane * ldz];
                     my_dtr = dtp[p.lane * E];
                 }
-                const float sz = sigmoidf(my_z);
-                my_dy = my_dout * (my_z * sz);
-                my_g = sz * (1.f + my_z * (1.f - sz));
+                const GateGrad gg = gateGrad(my_dout, my_z);
+                my_dy = gg.dy;
+                my_g = gg.g;
             }
 #pragma unroll
             for (int q = SUB - 1; q >= 0; --q) {
@@ -370,15 +384,14 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 const float yv = dskip * u + yacc;
                 float dy, dz = 0.f, dtr = 0.f;
                 if constexpr (kFull) {
-                    dy = __shfl_sync(0xffffffffu, my_dy, (wl & ~(S_FIXED - 1)) | q);
+                    dy = __shfl_sync(0xffffffffu, my_dy, lane0 | q);
                     if (p.lane == q) my_yv = yv;
                 } else {
                     const float dout = doutp[q * E];
-                    const float z = zp[q * ldz];
+                    const GateGrad gg = gateGrad(dout, zp[q * ldz]);
                     dtr = dtp[q * E];
-                    const float sz = sigmoidf(z);
-                    dy = dout * (z * sz);
-                    dz = dout * yv * (sz * (1.f + z * (1.f - sz)));
+                    dy = gg.dy;
+                    dz = dout * yv * gg.g;
                 }
                 gD += dy * u;
                 const float du = delta * u;
@@ -412,8 +425,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 } else if (p.active && p.lane == 0) {
                     const int64_t r = rs + q;
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
-                    const float sp = dtr > 20.f ? 1.f : sigmoidf(dtr);  // softplus'
-                    s.ddt[r * E + p.d] = sDelta * sp;
+                    s.ddt[r * E + p.d] = sDelta * softplusGrad(dtr);
                     s.dz[r * s.lddz + p.d] = dz;
                 }
                 // dB_t, dC_t: this block's channels, in a fixed order
@@ -459,8 +471,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
                     const int64_t r = rs + p.lane;
                     s.du[r * E + p.d] = my_du;
-                    const float sp = my_dtr > 20.f ? 1.f : sigmoidf(my_dtr);  // softplus'
-                    s.ddt[r * E + p.d] = my_sd * sp;
+                    s.ddt[r * E + p.d] = my_sd * softplusGrad(my_dtr);
                     s.dz[r * s.lddz + p.d] = my_dout * my_yv * my_g;
                 }
             }

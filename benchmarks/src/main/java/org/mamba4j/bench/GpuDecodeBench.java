@@ -7,6 +7,7 @@ import java.nio.FloatBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -97,7 +98,13 @@ public final class GpuDecodeBench {
 
     private static int[] parseBatches(String list) {
         if (list.equals("none")) return new int[0];
-        return java.util.Arrays.stream(list.split(",")).mapToInt(v -> Integer.parseInt(v.trim())).toArray();
+        try {
+            int[] b = Arrays.stream(list.split(",")).mapToInt(v -> Integer.parseInt(v.trim())).toArray();
+            if (Arrays.stream(b).anyMatch(v -> v < 1)) throw new NumberFormatException("a batch below 1");
+            return b;
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("--batches takes batch sizes ≥ 1 separated by commas, or none: " + list, e);
+        }
     }
 
     /** Records one timing for --json: benchmark GpuDecodeBench.NAME with these parameters, µs per operation. */
