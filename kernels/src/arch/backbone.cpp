@@ -191,16 +191,16 @@ void BackboneRunner::backward(Ops& ops, const WeightView& w, const WeightView& m
     }
 }
 
-int64_t BackboneRunner::lmBlockRows() const {
+int64_t BackboneRunner::lmBlockRows(const Ops& ops) const {
     const int64_t V = std::max(1, bb_.dims.vocab);
-    return std::clamp<int64_t>((int64_t{1} << 24) / V, 64, 1024);
+    return std::clamp<int64_t>(ops.capabilities().logits_block_floats / V, 64, 4096);
 }
 
 void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& master, const LmLossArgs& a) {
     const BackboneDims& d = bb_.dims;
     if (bb_.lm_head < 0) throw std::logic_error("lmLoss needs a language model");
     const int D = d.d_model, V = d.vocab;
-    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(a.rows, 1));
+    const int64_t block = std::min(lmBlockRows(ops), std::max<int64_t>(a.rows, 1));
     logits_.ensure(ops, block * V);
     float* logits = logits_.data();
     float* dhead = a.grads ? a.grads + bb_.table[bb_.lm_head].offset : nullptr;
@@ -212,8 +212,8 @@ void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& mas
         ops.crossEntropy(CrossEntropyArgs{logits, n, V, a.targets + r0, a.ignore_index, a.scale, a.row_loss + r0,
                                           a.row_correct + r0, dhead ? logits : nullptr});
         if (!dhead) continue;
-        ops.gemm(Gemm::weightGrad(a.mode, head.dtype, logits, V, y, D, n, V, D, dhead, nullptr));
-        ops.gemm(Gemm::backwardData(a.mode, logits, V, n, head, a.dy + r0 * D, D, 0.f));
+        ops.linearBackward(Gemm::backwardData(a.mode, logits, V, n, head, a.dy + r0 * D, D, 0.f),
+                           Gemm::weightGrad(a.mode, head.dtype, logits, V, y, D, n, V, D, dhead, nullptr));
     }
 }
 
@@ -221,7 +221,7 @@ void BackboneRunner::lmLogits(Ops& ops, const WeightView& w, const float* y, int
                               float* hostLogits) {
     if (bb_.lm_head < 0) throw std::logic_error("lmLogits needs a language model");
     const int D = bb_.dims.d_model, V = bb_.dims.vocab;
-    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
+    const int64_t block = std::min(lmBlockRows(ops), std::max<int64_t>(rows, 1));
     logits_.ensure(ops, block * V);
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         const int64_t n = std::min(block, rows - r0);
@@ -234,7 +234,7 @@ void BackboneRunner::lmBackward(Ops& ops, const WeightView& w, const WeightView&
                                 const float* hostDlogits, float scale, float* grads, float* dy) {
     if (bb_.lm_head < 0) throw std::logic_error("lmBackward needs a language model");
     const int D = bb_.dims.d_model, V = bb_.dims.vocab;
-    const int64_t block = std::min(lmBlockRows(), std::max<int64_t>(rows, 1));
+    const int64_t block = std::min(lmBlockRows(ops), std::max<int64_t>(rows, 1));
     logits_.ensure(ops, block * V);
     float* dhead = grads + bb_.table[bb_.lm_head].offset;
     const Matrix head = trainingMatrix(w, master, bb_.lm_head);
@@ -242,8 +242,9 @@ void BackboneRunner::lmBackward(Ops& ops, const WeightView& w, const WeightView&
         const int64_t n = std::min(block, rows - r0);
         ops.upload(logits_.data(), hostDlogits + r0 * V, n * V);
         if (scale != 1.f) ops.scale(logits_.data(), n * V, scale);
-        ops.gemm(Gemm::weightGrad(tape_mode_, head.dtype, logits_.data(), V, y + r0 * D, D, n, V, D, dhead, nullptr));
-        ops.gemm(Gemm::backwardData(tape_mode_, logits_.data(), V, n, head, dy + r0 * D, D, 0.f));
+        ops.linearBackward(Gemm::backwardData(tape_mode_, logits_.data(), V, n, head, dy + r0 * D, D, 0.f),
+                           Gemm::weightGrad(tape_mode_, head.dtype, logits_.data(), V, y + r0 * D, D, n, V, D, dhead,
+                                            nullptr));
     }
 }
 

@@ -97,13 +97,16 @@ public:
     /**
      * A language model's head and softmax cross-entropy over rows of y, lmBlockRows() rows at a time, so the
      * logits never exist for more than one block: logits = y_blk · W_headᵀ (the model's storage), crossEntropy
-     * (dlogits in place), then grads[lm_head] += dlogitsᵀ · y_blk and dy_blk = dlogits · W_head (f32 masters).
+     * (dlogits in place), then grads[lm_head] += dlogitsᵀ · y_blk and dy_blk = dlogits · W_head (f32 masters; one Ops::linearBackward).
      * Blocks run in row order, so the head's gradient sums them in a fixed order. With a tied head the
      * embedding's gradient receives this term here and the lookup's in backward.
      */
     void lmLoss(Ops& ops, const WeightView& w, const WeightView& master, const LmLossArgs& a);
-    /** Rows per block of lmLoss: a function of the vocabulary only (at most 16M logits, 64 … 1024 rows). */
-    int64_t lmBlockRows() const;
+    /**
+     * Rows per block of lmLoss: a function of the vocabulary and the backend alone (at most the backend's
+     * Capabilities::logits_block_floats logits, 64 … 4096 rows).
+     */
+    int64_t lmBlockRows(const Ops& ops) const;
     /** The logits of rows of y ([rows, d_model], backend memory) into host memory [rows, vocab], block by block. */
     void lmLogits(Ops& ops, const WeightView& w, const float* y, int64_t rows, GemmMode mode, float* hostLogits);
     /**

@@ -18,6 +18,9 @@ namespace mamba::cuda {
 namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // cuBLAS' recommendation for Hopper
 constexpr size_t kLowpWorkspaceBytes = 32u << 20;    // bf16/f16 activations of one cuBLAS chunk
+// linearBackward's packed dy and x: the 130m LM's in_proj (16,384 rows × (3,072 + 768) × 2 B) in one chunk, so the
+// weight gradient is one product over every row, not a chain of beta = 1 products that re-read it
+constexpr size_t kPackWorkspaceMaxBytes = size_t{256} << 20;
 constexpr size_t kPinnedMaxBytes = 64u << 20;        // larger transfers go straight from pageable memory
 
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
@@ -41,11 +44,6 @@ std::shared_mutex& captureGate() {
 }
 using OutsideCaptures = std::unique_lock<std::shared_mutex>;
 
-/** Floats from the first to one past the last element of a row-major [rows, cols] block with row stride ld. */
-int64_t span(int64_t rows, int64_t ld, int64_t cols) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
-
-/** [a, a + n) and [b, b + m) (floats) do not overlap. */
-bool disjoint(const float* a, int64_t n, const float* b, int64_t m) { return a + n <= b || b + m <= a; }
 }  // namespace
 
 // ---- the context ----
@@ -76,6 +74,7 @@ CudaBackend::~CudaBackend() {
     }
     freeNow(blas_ws_);
     freeNow(lowp_ws_);
+    freeNow(pack_ws_);
     freeNow(scan_ws_);
     for (float* p : train_ws_) freeNow(p);
     for (void* p : deferred_) freeNow(p);
@@ -96,6 +95,7 @@ Capabilities CudaBackend::capabilities() const {
     c.training = true;
     c.graphs = true;
     c.lowp_storage = true;
+    c.logits_block_floats = int64_t{1} << 26;  // 256 MiB of f32 logits: the head's products run at GEMM speed
     return c;
 }
 
@@ -165,6 +165,33 @@ void* CudaBackend::lowpWorkspace() {
         lowp_ws_bytes_ = kLowpWorkspaceBytes;
     }
     return lowp_ws_;
+}
+
+void* CudaBackend::packWorkspace(size_t want, size_t* bytes) {
+    if (want > pack_ws_bytes_) want = std::max(want, pack_ws_bytes_ + pack_ws_bytes_ / 2);  // headroom: few regrowths
+    want = std::min(want, kPackWorkspaceMaxBytes);
+    if (want > pack_ws_bytes_ && want > kLowpWorkspaceBytes && !capturing_) {
+        void* bigger = nullptr;
+        try {
+            bigger = deviceMalloc(want, "backward product workspace");
+        } catch (const OutOfMemoryError&) {
+            bigger = nullptr;  // the fixed workspace serves, in more chunks
+        }
+        if (bigger) {
+            if (pack_ws_) {
+                if (live_graphs_ > 0) retired_.push_back(pack_ws_);  // a live graph may still use it
+                else freeNow(pack_ws_);
+            }
+            pack_ws_ = bigger;
+            pack_ws_bytes_ = want;
+        }
+    }
+    if (pack_ws_bytes_ > kLowpWorkspaceBytes) {
+        *bytes = pack_ws_bytes_;
+        return pack_ws_;
+    }
+    *bytes = kLowpWorkspaceBytes;
+    return lowpWorkspace();
 }
 
 void CudaBackend::setMath(int mode) {

@@ -38,6 +38,12 @@ namespace mamba::cuda {
  */
 const void* forwardStorage(const Matrix& w, const char* op);
 
+/** Floats from the first to one past the last element of a row-major [rows, cols] block with row stride ld. */
+inline int64_t span(int64_t rows, int64_t ld, int64_t cols) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
+
+/** [a, a + n) and [b, b + m) (floats) do not overlap. */
+inline bool disjoint(const float* a, int64_t n, const float* b, int64_t m) { return a + n <= b || b + m <= a; }
+
 class CudaBackend final : public Ops {
 public:
     /** A context on device `ordinal` (which must exist): its stream only; everything else on first use. */
@@ -58,6 +64,7 @@ public:
     void* nativeStream() const override { return stream_; }
 
     void gemm(const Gemm& g) override;  // gemm/gemm.cu
+    void linearBackward(const Gemm& dataGrad, const Gemm& weightGrad) override;  // gemm/gemm.cu
 
     void rmsnorm(const RmsNormArgs& a) override;
     void normLinear(const RmsNormArgs& norm, const Gemm& linear) override;
@@ -121,6 +128,12 @@ private:
     cublasHandle blas();
     /** The fixed bf16/f16 activation workspace of cuBLAS products, created on first use; never in a capture. */
     void* lowpWorkspace();
+    /**
+     * The workspace of linearBackward's packed operands: grown towards `want` bytes (at most kPackWorkspaceMaxBytes)
+     * outside captures; where it cannot grow (a capture, or no memory) the fixed activation workspace serves, in more
+     * chunks. Returns the buffer and sets *bytes to its size.
+     */
+    void* packWorkspace(size_t want, size_t* bytes);
     /** cudaMalloc that reports failures as OutOfMemoryError (naming the device and its free memory). */
     void* deviceMalloc(size_t bytes, const char* what);
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)
@@ -166,6 +179,8 @@ private:
     int math_mode_ = -1;
     void* lowp_ws_ = nullptr;   // activations packed to bf16/f16 for cublasGemmEx
     size_t lowp_ws_bytes_ = 0;
+    void* pack_ws_ = nullptr;   // linearBackward's dy and x in bf16/f16 (packWorkspace)
+    size_t pack_ws_bytes_ = 0;
     float* scan_ws_ = nullptr;  // chunk states of the chunked scan, grown outside captures
     int64_t scan_ws_floats_ = 0;
     static constexpr int kTrainSlots = 8;

@@ -25,6 +25,9 @@ struct Capabilities {
     bool training = false;      // the backward, optimiser and loss ops exist
     bool graphs = false;        // beginCapture/endCapture/replay record and replay launches
     bool lowp_storage = false;  // products with BF16/F16/TF32 weights (every backend converts and embeds them)
+    // The most logits a language model's loss keeps at once (BackboneRunner::lmBlockRows): bigger blocks of rows
+    // make the head's products more efficient, smaller ones save memory.
+    int64_t logits_block_floats = int64_t{1} << 24;
 };
 
 /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for r < rows. */
@@ -348,6 +351,16 @@ public:
 
     // ---- products: the one dispatch point (gemm.h) ----
     virtual void gemm(const Gemm& g) = 0;
+    /**
+     * Named fusion: a weight's two backward products over the same dy — `dataGrad` (BackwardData) and `weightGrad`
+     * (WeightGrad): the same rows, dy, weight shape, storage type and mode. dataGrad's output may overlap neither dy
+     * nor weightGrad's x. A backend may round dy (and x) to the weight's storage type once for both products.
+     * Default: the two products in sequence, the weight gradient first.
+     */
+    virtual void linearBackward(const Gemm& dataGrad, const Gemm& weightGrad) {
+        gemm(weightGrad);
+        gemm(dataGrad);
+    }
 
     // ---- inference stages ----
     virtual void rmsnorm(const RmsNormArgs& a) = 0;

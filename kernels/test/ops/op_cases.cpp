@@ -314,6 +314,46 @@ Prepared gemmWeightGradCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, in
     return p;
 }
 
+/**
+ * Ops::linearBackward: a weight's input gradient (beta) and weight gradient (accumulated, with dbias) over one dy, each
+ * against its double reference as the two separate products are.
+ */
+Prepared linearBackwardCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta, bool pad) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t lddy = out + (pad ? 3 : 0), ldx = in + (pad ? 7 : 0), lddx = in + (pad ? 5 : 0);
+    const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1), x = padded(rng, rows, ldx, in, -1, 1);
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(out), true);
+    const std::vector<float> dx0 = beta != 0 ? padded(rng, rows, lddx, in, -1, 1)
+                                             : std::vector<float>(static_cast<size_t>(rows * lddx), poisonValue());
+    const std::vector<float> dw0 = uniform(rng, static_cast<int64_t>(out) * in, -0.5, 0.5), db0 = uniform(rng, out, -0.5, 0.5);
+    float* ddx = A->put(dx0);
+    float* ddw = A->put(dw0);
+    float* ddb = A->put(db0);
+    const float* ddy = A->put(dy);
+    const Gemm data = Gemm::backwardData(GemmMode::Reproducible, ddy, lddy, rows, w.m, ddx, lddx, beta);
+    const Gemm weight = Gemm::weightGrad(GemmMode::Reproducible, dtype, ddy, lddy, A->put(x), ldx, rows, out, in, ddw, ddb);
+    p.call = [&ops, data, weight] { ops.linearBackward(data, weight); };
+    const Vec dyd = dense(dy, rows, lddy, out);
+    const Vec wantX = ref::gemmBackwardData(dyd, rows, w.masters, out, in, beta, dense(dx0, rows, lddx, in));
+    Vec wantW = toDouble(dw0), wantB = toDouble(db0);
+    ref::gemmWeightGrad(dyd, dense(x, rows, ldx, in), rows, out, in, wantW, &wantB);
+    p.check = [=] {
+        const std::vector<float> got = A->get(ddx, rows * lddx);
+        return std::vector<Compare>{nmax("dx", strip(got, rows, lddx, in), wantX, gemmTol(dtype)),
+                                    padding("dx", got, rows, lddx, in),
+                                    nmax("dw", A->get(ddw, static_cast<int64_t>(out) * in), wantW, gemmTol(dtype)),
+                                    nmax("dbias", A->get(ddb, out), wantB, gemmTol(DTYPE_F32))};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(ddx, rows * lddx), A->get(ddw, static_cast<int64_t>(out) * in), A->get(ddb, out)};
+    };
+    p.flops = 4.0 * rows * out * in;
+    p.bytes = 4.0 * (3.0 * out * in + rows * (out + 2.0 * in));
+    return p;
+}
+
 // ================================================================ norms
 
 Prepared rmsnormCase(Ops& ops, uint64_t seed, int64_t rows, int d) {
@@ -1675,6 +1715,19 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, DTYPE_F32, 257, 300, 200, true, true); });
     add("gemm.weightGrad", "rows=512 out=3072 in=768 dbias", DTYPE_F32, "repro", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return gemmWeightGradCase(o, s, DTYPE_F32, 512, 3072, 768, true, false); });
+
+    // ---- linearBackward: both backward products over one dy ----
+    for (int dtype : {DTYPE_F32, DTYPE_TF32, DTYPE_BF16, DTYPE_F16}) {
+        const int need = NEED_TRAINING | (dtype == DTYPE_F32 ? NEED_NONE : NEED_LOWP);
+        add("linearBackward", "rows=64 out=72 in=56 beta=0", dtype, "repro", need, false,
+            [=](Ops& o, uint64_t s) { return linearBackwardCase(o, s, dtype, 64, 72, 56, 0.f, false); });
+        add("linearBackward", "rows=257 out=300 in=200 beta=1 ld+ dbias", dtype, "repro", need, false,
+            [=](Ops& o, uint64_t s) { return linearBackwardCase(o, s, dtype, 257, 300, 200, 1.f, true); });
+    }
+    // Past CUDA's largest packing workspace (256 MiB): chunks of rows, dW through beta = 1 (CUDA only: 540 MB of dy).
+    add("linearBackward", "rows=33000 out=4096 in=8 beta=1 (chunks)", DTYPE_BF16, "repro",
+        NEED_TRAINING | NEED_LOWP | NEED_GRAPHS, false,
+        [=](Ops& o, uint64_t s) { return linearBackwardCase(o, s, DTYPE_BF16, 33000, 4096, 8, 1.f, false); });
 
     // ---- norms ----
     for (int64_t rows : {1, 7, 64})

@@ -86,8 +86,8 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     auto grad = [&](int index) { return grads + (*w.table)[index].offset; };
 
     // out_proj (the residual passes dresid through unchanged).
-    ops.gemm(Gemm::backwardData(c.mode, dresid, D, R, trainingMatrix(w, master, L.out_proj), g.gated.data(), E, 0.f));
-    ops.gemm(Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
+    ops.linearBackward(Gemm::backwardData(c.mode, dresid, D, R, trainingMatrix(w, master, L.out_proj), g.gated.data(), E, 0.f),
+                       Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
 
     // gate + D skip + scan + softplus: ddt, dB/dC (into dxdbl), du, dz (into dxz), dA_log, dD.
     // With a state carry, the h part of the state gradient (the conv history comes first in a layer's state).
@@ -101,12 +101,12 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     ops.selectiveScanBackward(scan);
 
     // dt_proj: dW_dt += ddtᵀ·δ, db_dt += Σ ddt, dδ = ddt·W_dt.
-    ops.gemm(Gemm::weightGrad(c.mode, w.matrix(L.dt_w).dtype, g.dt.data(), E, tp.xdbl.data(), d_.xdbl, R, E, d_.dt_rank, grad(L.dt_w), grad(L.dt_b)));
-    ops.gemm(Gemm::backwardData(c.mode, g.dt.data(), E, R, trainingMatrix(w, master, L.dt_w), g.xdbl.data(), d_.xdbl, 0.f));
+    ops.linearBackward(Gemm::backwardData(c.mode, g.dt.data(), E, R, trainingMatrix(w, master, L.dt_w), g.xdbl.data(), d_.xdbl, 0.f),
+                       Gemm::weightGrad(c.mode, w.matrix(L.dt_w).dtype, g.dt.data(), E, tp.xdbl.data(), d_.xdbl, R, E, d_.dt_rank, grad(L.dt_w), grad(L.dt_b)));
 
     // x_proj: dW_x += dxdblᵀ·u, du += dxdbl·W_x.
-    ops.gemm(Gemm::weightGrad(c.mode, w.matrix(L.x_proj).dtype, g.xdbl.data(), d_.xdbl, tp.u.data(), E, R, d_.xdbl, E, grad(L.x_proj), nullptr));
-    ops.gemm(Gemm::backwardData(c.mode, g.xdbl.data(), d_.xdbl, R, trainingMatrix(w, master, L.x_proj), g.u.data(), E, 1.f));
+    ops.linearBackward(Gemm::backwardData(c.mode, g.xdbl.data(), d_.xdbl, R, trainingMatrix(w, master, L.x_proj), g.u.data(), E, 1.f),
+                       Gemm::weightGrad(c.mode, w.matrix(L.x_proj).dtype, g.xdbl.data(), d_.xdbl, tp.u.data(), E, R, d_.xdbl, E, grad(L.x_proj), nullptr));
 
     // conv + SiLU: dx (into dxz's first half), dconv_w, dconv_b.
     ops.convSiluBackward(ConvBackwardArgs{tp.xz.data(), 2 * E, c.start, c.state_stride, w.vec(L.conv_w),
@@ -114,8 +114,8 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
                                           grad(L.conv_b), c.B, c.T, E, d_.d_conv, c.dend, c.dstart, c.state_stride});
 
     // in_proj: dW_in += dxzᵀ·normed, dnormed = dxz·W_in.
-    ops.gemm(Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr));
-    ops.gemm(Gemm::backwardData(c.mode, g.xz.data(), 2 * E, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f));
+    ops.linearBackward(Gemm::backwardData(c.mode, g.xz.data(), 2 * E, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f),
+                       Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr));
 
     // The block norm, added to the residual gradient.
     ops.rmsnormBackward(RmsNormBackwardArgs{c.input, D, w.vec(L.norm), g.normed.data(), D, R, D, d_.eps, dresid, D,

@@ -85,8 +85,8 @@ void Mamba3::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     auto grad = [&](int index) { return index >= 0 ? grads + (*w.table)[index].offset : nullptr; };
 
     // out_proj (the residual passes dresid through unchanged).
-    ops.gemm(Gemm::backwardData(c.mode, dresid, D, R, trainingMatrix(w, master, L.out_proj), g.gated.data(), E, 0.f));
-    ops.gemm(Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
+    ops.linearBackward(Gemm::backwardData(c.mode, dresid, D, R, trainingMatrix(w, master, L.out_proj), g.gated.data(), E, 0.f),
+                       Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
 
     // The scan: every in_proj field's gradient, and the gradients of the per-head vectors and norms.
     Mamba3ScanBackwardArgs a{};
@@ -111,8 +111,8 @@ void Mamba3::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     ops.mamba3ScanBackward(a);
 
     // in_proj: dW_in += dprojᵀ·normed, dnormed = dproj·W_in.
-    ops.gemm(Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.proj.data(), d_.proj, tp.normed.data(), D, R, d_.proj, D, grad(L.in_proj), nullptr));
-    ops.gemm(Gemm::backwardData(c.mode, g.proj.data(), d_.proj, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f));
+    ops.linearBackward(Gemm::backwardData(c.mode, g.proj.data(), d_.proj, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f),
+                       Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.proj.data(), d_.proj, tp.normed.data(), D, R, d_.proj, D, grad(L.in_proj), nullptr));
 
     // The block norm, added to the residual gradient.
     ops.rmsnormBackward(RmsNormBackwardArgs{c.input, D, w.vec(L.norm), g.normed.data(), D, R, D, d_.eps, dresid, D,
