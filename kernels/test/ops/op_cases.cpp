@@ -1813,8 +1813,14 @@ std::vector<Case> allCases() {
     for (int T : {9, 2})  // T 2 < K − 1: the end history still holds starting-history slots
         add("convSiluBackward.carry", format("B=2 T=%d C=70 K=4 dhistory_end+dhistory", T), DTYPE_F32, "-", NEED_TRAINING,
             false, [=](Ops& o, uint64_t s) { return convSiluBackwardCarryCase(o, s, 2, T, 70, 4); });
+    for (int K : {3, 8})  // the other compile-time widths of the CUDA kernel (two tiles of steps)
+        add("convSiluBackward", format("B=2 T=64 C=72 K=%d ld+", K), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, 64, 72, K); });
     add("convSiluBackward", "B=1 T=512 C=1536 K=4", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 1, 512, 1536, 4); });
+    // the 130m training step's shape (B 8 × T 2,048: 512 partials per weight)
+    add("convSiluBackward", "B=8 T=2048 C=1536 K=4", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 8, 2048, 1536, 4); });
 
     // ---- selective scan: T × d_state × dtProj × checkpoints ----
     auto chunkFor = [](int T) { return T <= 7 ? 4 : T <= 64 ? 16 : 64; };
