@@ -18,9 +18,6 @@ namespace mamba::cuda {
 namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;  // cuBLAS' recommendation for Hopper
 constexpr size_t kLowpWorkspaceBytes = 32u << 20;    // bf16/f16 activations of one cuBLAS chunk
-// linearBackward's packed dy and x: the 130m LM's in_proj (16,384 rows × (3,072 + 768) × 2 B) in one chunk, so the
-// weight gradient is one product over every row, not a chain of beta = 1 products that re-read it
-constexpr size_t kPackWorkspaceMaxBytes = size_t{256} << 20;
 constexpr size_t kPinnedMaxBytes = 64u << 20;        // larger transfers go straight from pageable memory
 
 std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
@@ -167,31 +164,20 @@ void* CudaBackend::lowpWorkspace() {
     return lowp_ws_;
 }
 
-void* CudaBackend::packWorkspace(size_t want, size_t* bytes) {
-    if (want > pack_ws_bytes_) want = std::max(want, pack_ws_bytes_ + pack_ws_bytes_ / 2);  // headroom: few regrowths
-    want = std::min(want, kPackWorkspaceMaxBytes);
-    if (want > pack_ws_bytes_ && want > kLowpWorkspaceBytes && !capturing_) {
-        void* bigger = nullptr;
-        try {
-            bigger = deviceMalloc(want, "backward product workspace");
-        } catch (const OutOfMemoryError&) {
-            bigger = nullptr;  // the fixed workspace serves, in more chunks
+void* CudaBackend::packWorkspace(size_t bytes) {
+    if (bytes > pack_ws_bytes_) {
+        // headroom, so that slowly growing shapes do not reallocate every call; never inside a capture (the eager
+        // steps before one have grown it)
+        const size_t want = std::max(bytes, std::min(kPackWorkspaceMaxBytes, pack_ws_bytes_ + pack_ws_bytes_ / 2));
+        void* bigger = deviceMalloc(want, "backward product workspace");
+        if (pack_ws_) {
+            if (live_graphs_ > 0) retired_.push_back(pack_ws_);  // a live graph may still use it
+            else freeNow(pack_ws_);
         }
-        if (bigger) {
-            if (pack_ws_) {
-                if (live_graphs_ > 0) retired_.push_back(pack_ws_);  // a live graph may still use it
-                else freeNow(pack_ws_);
-            }
-            pack_ws_ = bigger;
-            pack_ws_bytes_ = want;
-        }
+        pack_ws_ = bigger;
+        pack_ws_bytes_ = want;
     }
-    if (pack_ws_bytes_ > kLowpWorkspaceBytes) {
-        *bytes = pack_ws_bytes_;
-        return pack_ws_;
-    }
-    *bytes = kLowpWorkspaceBytes;
-    return lowpWorkspace();
+    return pack_ws_;
 }
 
 void CudaBackend::setMath(int mode) {

@@ -38,6 +38,10 @@ namespace mamba::cuda {
  */
 const void* forwardStorage(const Matrix& w, const char* op);
 
+// linearBackward's packed dy and x per chunk of rows: the 130m LM's in_proj (16,384 rows × (3,072 + 768) × 2 B) is
+// one chunk, so its weight gradient is one product over every row, not a chain of beta = 1 products that re-read it.
+constexpr size_t kPackWorkspaceMaxBytes = size_t{256} << 20;
+
 /** Floats from the first to one past the last element of a row-major [rows, cols] block with row stride ld. */
 inline int64_t span(int64_t rows, int64_t ld, int64_t cols) { return rows > 0 ? (rows - 1) * ld + cols : 0; }
 
@@ -129,11 +133,11 @@ private:
     /** The fixed bf16/f16 activation workspace of cuBLAS products, created on first use; never in a capture. */
     void* lowpWorkspace();
     /**
-     * The workspace of linearBackward's packed operands: grown towards `want` bytes (at most kPackWorkspaceMaxBytes)
-     * outside captures; where it cannot grow (a capture, or no memory) the fixed activation workspace serves, in more
-     * chunks. Returns the buffer and sets *bytes to its size.
+     * linearBackward's workspace of packed operands, at least `bytes` (≤ kPackWorkspaceMaxBytes) large: grown outside
+     * captures (OutOfMemoryError when the device has no room; inside a capture a logic_error, which turns the graph
+     * off). Its size never decides a chunk: linearBackward chunks by shape alone.
      */
-    void* packWorkspace(size_t want, size_t* bytes);
+    void* packWorkspace(size_t bytes);
     /** cudaMalloc that reports failures as OutOfMemoryError (naming the device and its free memory). */
     void* deviceMalloc(size_t bytes, const char* what);
     void* pinned(void*& buf, size_t& cap, size_t bytes);  // grows a pinned staging buffer (null: use pageable)

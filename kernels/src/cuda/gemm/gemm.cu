@@ -31,10 +31,10 @@
 //    chunk order through beta = 1; the chunk size depends on the shape alone);
 //  - F32: true f32 (cublasSgemm, default math) on W's f32 values; TF32: TF32 tensor-op math unless Pedantic.
 // The bias gradient is a fixed-order f32 column sum of the unrounded dy.
-// linearBackward (the named fusion of a weight's two backward products) packs dy once for both, x beside it, in a
-// workspace grown to hold every row (up to 256 MiB): the weight gradient is then one product over all rows instead of
-// a chain of beta = 1 products over 32 MiB chunks, each re-reading dW (the 130m LM head's gradient ran at ≈ 110
-// TFLOP/s that way on the H200).
+// linearBackward (the named fusion of a weight's two backward products) packs dy once for both, x beside it, in
+// chunks of as many rows as 256 MiB hold (a function of the shape alone): the weight gradient is then usually one
+// product over all rows instead of a chain of beta = 1 products over 32 MiB chunks, each re-reading dW (the 130m LM
+// head's gradient ran at ≈ 110 TFLOP/s that way on the H200).
 //
 // cuBLAS is column-major. A row-major matrix M[rows, cols] with row stride ld is the column-major
 // cols×rows matrix with leading dimension ld, so with W [out, in] (ld in), x [rows, in] (ld ldx),
@@ -254,14 +254,16 @@ void CudaBackend::linearBackward(const Gemm& data, const Gemm& weight) {
     setMath(data.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
     const cudaDataType type = lowpType(weight.w.dtype);
     // Per chunk of rows: x and dy rounded to W's type side by side (dy once for both products), then
-    // dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. The chunk size depends on the
-    // shape and the workspace alone; with the grown workspace the weight gradient is usually one product.
+    // dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. The chunk is a function of the
+    // shape alone (as many rows as kPackWorkspaceMaxBytes holds), so the weight gradient's sum order never depends on
+    // what the context ran before; usually it is one product over every row.
     const size_t row_bytes = 2 * (static_cast<size_t>(in) + out);
-    size_t ws_bytes = 0;
-    char* ws = static_cast<char*>(packWorkspace(static_cast<size_t>(rows) * row_bytes + 256, &ws_bytes));
-    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((ws_bytes - 256) / row_bytes));
+    const int64_t chunk = std::max<int64_t>(
+        1, std::min<int64_t>(rows, static_cast<int64_t>((kPackWorkspaceMaxBytes - 256) / row_bytes)));
+    const size_t x_bytes = (static_cast<size_t>(chunk) * in * 2 + 255) / 256 * 256;
+    char* ws = static_cast<char*>(packWorkspace(x_bytes + static_cast<size_t>(chunk) * out * 2));
     void* xp = ws;
-    void* dyp = ws + (static_cast<size_t>(std::min(chunk, rows)) * in * 2 + 255) / 256 * 256;
+    void* dyp = ws + x_bytes;
     const float one = 1.f, beta = data.beta;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
