@@ -157,6 +157,12 @@ private:
      */
     void packedRowsGemm(const Exec& e, int opW, int m, int k, const void* w, int ldw, int dtype, const float* x,
                         int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy, void* packed, const char* what);
+    /**
+     * The 2-byte backward of `weight` (WeightGrad) and, when `data` is given, of its input gradient over the same dy:
+     * chunk by chunk, x and dy rounded to W's type into xp / dyp (each `chunk` rows), then
+     * dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. dbias is the caller's.
+     */
+    void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp, int64_t chunk);
     // the fusion decisions (the lock is held)
     bool fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const;
     bool fuseDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck, const ScanPlan& plan) const;

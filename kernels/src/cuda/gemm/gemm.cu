@@ -246,39 +246,42 @@ void CudaBackend::linearBackward(const Gemm& data, const Gemm& weight) {
     if (!disjoint(data.c, span(rows, data.ldc, in), data.a, span(rows, data.lda, out)) ||
         !disjoint(data.c, span(rows, data.ldc, in), weight.b, span(rows, weight.ldb, in)))
         fail("linearBackward: the input gradient overlaps dy or x");
-    const char* op = "linearBackward";
-    toInt(rows, op, "rows");
-    const cublasHandle h = blas();
-    const CublasApi& api = cublas();
+    toInt(rows, "linearBackward", "rows");
+    toInt(data.ldc, "linearBackward", "ldc");
     const Exec e = nextExec();
-    setMath(data.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
-    const cudaDataType type = lowpType(weight.w.dtype);
-    // Per chunk of rows: x and dy rounded to W's type side by side (dy once for both products), then
-    // dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. The chunk is a function of the
-    // shape alone (as many rows as kPackWorkspaceMaxBytes holds), so the weight gradient's sum order never depends on
-    // what the context ran before; usually it is one product over every row.
+    // The chunk is a function of the shape alone (as many rows as kPackWorkspaceMaxBytes holds), so the weight
+    // gradient's sum order never depends on what the context ran before; usually it is one product over every row.
     const size_t row_bytes = 2 * (static_cast<size_t>(in) + out);
     const int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(rows, static_cast<int64_t>((kPackWorkspaceMaxBytes - 256) / row_bytes)));
     const size_t x_bytes = (static_cast<size_t>(chunk) * in * 2 + 255) / 256 * 256;
     char* ws = static_cast<char*>(packWorkspace(x_bytes + static_cast<size_t>(chunk) * out * 2));
-    void* xp = ws;
-    void* dyp = ws + x_bytes;
-    const float one = 1.f, beta = data.beta;
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        const int64_t n = std::min(chunk, rows - r0);
+    packedBackward(e, weight, &data, ws, ws + x_bytes, chunk);
+    if (weight.dbias)
+        train::columnSums(e, weight.a, weight.lda, nullptr, 0, nullptr, rows, out, weight.dbias, trainScratch());
+}
+
+void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp,
+                                 int64_t chunk) {
+    const int out = weight.w.out, in = weight.w.in;
+    const cublasHandle h = blas();
+    const CublasApi& api = cublas();
+    setMath(weight.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
+    const cudaDataType type = lowpType(weight.w.dtype);
+    const float one = 1.f;
+    for (int64_t r0 = 0; r0 < weight.rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, weight.rows - r0);
         rowsToLowp(e, weight.b + r0 * weight.ldb, weight.ldb, n, in, xp, weight.w.dtype);
-        rowsToLowp(e, data.a + r0 * data.lda, data.lda, n, out, dyp, weight.w.dtype);
-        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, in, static_cast<int>(n), out, &one, data.w.lowp, type, in, dyp,
-                               type, out, &beta, data.c + r0 * data.ldc, CUDA_R_32F, toInt(data.ldc, op, "ldc"),
-                               kCublasCompute32F, kCublasGemmDefault),
-                    "cublasGemmEx (input gradient)");
+        rowsToLowp(e, weight.a + r0 * weight.lda, weight.lda, n, out, dyp, weight.w.dtype);
+        if (data)
+            checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, in, static_cast<int>(n), out, &one, data->w.lowp, type, in,
+                                   dyp, type, out, &data->beta, data->c + r0 * data->ldc, CUDA_R_32F,
+                                   static_cast<int>(data->ldc), kCublasCompute32F, kCublasGemmDefault),
+                        "cublasGemmEx (input gradient)");
         checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xp, type, in, dyp, type,
                                out, &one, weight.c, CUDA_R_32F, in, kCublasCompute32F, kCublasGemmDefault),
                     "cublasGemmEx (weight gradient)");
     }
-    if (weight.dbias)
-        train::columnSums(e, weight.a, weight.lda, nullptr, 0, nullptr, rows, out, weight.dbias, trainScratch());
 }
 
 void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
@@ -288,29 +291,17 @@ void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
         const char* op = "gemm (WeightGrad)";
         const int n_rows = toInt(g.rows, op, "rows");
         const int lddy = toInt(g.lda, op, "lda"), ldx = toInt(g.ldb, op, "ldb");
-        const cublasHandle h = blas();
-        const CublasApi& api = cublas();
-        const float one = 1.f;
         if (!isLowp(g.w.dtype)) {
+            const float one = 1.f;
             setMath(backwardMath(g));
-            checkCublas(api.sgemm(h, kCublasOpN, kCublasOpT, in, out, n_rows, &one, g.b, ldx, g.a, lddy, &one, g.c, in),
+            checkCublas(cublas().sgemm(blas(), kCublasOpN, kCublasOpT, in, out, n_rows, &one, g.b, ldx, g.a, lddy, &one,
+                                       g.c, in),
                         "cublasSgemm_v2 (weight gradient)");
         } else {
-            // dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ, both packed side by side in the workspace, chunk by chunk.
+            // x and dy packed side by side in the fixed workspace, chunk by chunk
             char* ws = static_cast<char*>(lowpWorkspace());
-            setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
-            const cudaDataType type = lowpType(g.w.dtype);
             const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / (int64_t{in} + out));
-            void* xp = ws;
-            void* dyp = ws + chunk * in * 2;
-            for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
-                const int64_t n = std::min(chunk, g.rows - r0);
-                rowsToLowp(e, g.b + r0 * g.ldb, g.ldb, n, in, xp, g.w.dtype);
-                rowsToLowp(e, g.a + r0 * g.lda, g.lda, n, out, dyp, g.w.dtype);
-                checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xp, type, in, dyp,
-                                       type, out, &one, g.c, CUDA_R_32F, in, kCublasCompute32F, kCublasGemmDefault),
-                            "cublasGemmEx (weight gradient)");
-            }
+            packedBackward(e, g, nullptr, ws, ws + chunk * in * 2, chunk);
         }
     }
     if (g.dbias) train::columnSums(e, g.a, g.lda, nullptr, 0, nullptr, g.rows, out, g.dbias, trainScratch());
