@@ -8,21 +8,17 @@
 // kThreads/S channels of one batch row. Sums over a channel's states are xor-shuffles inside its S lanes.
 //
 // Per (b, d), chunks in reverse with the gradient carry G = ∂L/∂h (starting from ∂L/∂h_end with a state carry;
-// what is left past step 0 is ∂L/∂h_start):
-//  1. from the chunk's checkpoint, re-run its steps (SUB at a time, their loads issued first), storing the state every
-//     SUB steps and every step's Δ (softplus once per step, not again in 2) in shared memory;
-//  2. for each sub-chunk of SUB steps in reverse: re-run it from its stored state with the SUB+1 states
-//     in registers (compile-time indices), then walk it backwards:
+// what is left past step 0 is ∂L/∂h_start). Each step of the walk back is
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
-//       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā.
-// With d_state 16 (4 lanes per channel, SUB = 4) a channel's per-step work — the softplus of step 1, the gate's values and
-// the du / ddt / dz stores of step 2 — is done by one lane per step (lane q takes step q of each SUB, dy and Δ handed
-// round by shuffles) rather than by all four.
-// dB_t, dC_t are sums over channels: per step, a fixed xor-shuffle tree over the warp's channels (for d_state 16 a
-// reduce-scatter: each lane ends with one of the warp's 2N sums), then
-// the block's warps in order through shared memory (one barrier per sub-chunk, for its SUB steps), give one
-// partial per (channel block, row); a second kernel adds the channel blocks in order. dA_log and dD are sums over batch rows and groups: one partial per
-// (b, group, d), added in that order by a third kernel (which also applies dA_log = dA·A).
+//       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā      (stepBack)
+// Two kernels walk it:
+//  - scanBackward16Kernel, d_state 16 (every Mamba-1 checkpoint; see its comment): a chunk in pieces of 16 steps whose
+//    states are re-run once into shared memory and read back by the walk; dB_t / dC_t through a shared table;
+//  - scanBackwardKernel, any d_state: states re-run twice (every SUB-th kept, then each sub-chunk's in registers);
+//    dB_t / dC_t by xor-shuffle trees over the warp's channels, then the warps in order through shared memory.
+// dB_t, dC_t are sums over channels: one partial per (channel block, row), the channel blocks added in order by a
+// second kernel. dA_log and dD are sums over batch rows and groups: one partial per (b, group, d), added in that
+// order by a third kernel (which also applies dA_log = dA·A).
 //
 // Groups (chunk-parallel backward): the chunks are cut into groups (o.per_group chunks each), and every group of every
 // (b, d) runs as its own block, so long sequences at small batch fill the GPU. The carry is linear in itself:
@@ -37,13 +33,14 @@
 #include "train_kernels.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace mamba::cuda::train {
 namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-// Blocks per SM the backward kernel is compiled for. NS = 4 (d_state ≤ 128): 4 blocks = 128 registers, which the
+// Blocks per SM the general backward kernel is compiled for. NS = 4 (d_state ≤ 128): 4 blocks = 128 registers, which the
 // phase-1 loads of SUB steps at once need without spilling (H200, 130m B 8 × T 1,024: 1,594 µs; 5 blocks at 96
 // registers spilled and took 1,868 µs; without the phase-1 batching 1,642 µs at 96 and 1,769 µs at 128).
 template <int NS>
@@ -73,19 +70,21 @@ __device__ __forceinline__ float groupSum(float v, int S) {
     return v;
 }
 
+constexpr int kFullChannels = kThreads / 4;  // channels per block with d_state 16 (4 lanes per channel)
+
 /**
- * One level of a reduce-scatter: lanes `off` apart swap halves of v[0, 2H) and add, so each keeps H sums
- * (the lower lane the first half, the upper lane the second) in v[0, H).
+ * Σ over the C channels of one step's table [C][2N] for value e (dB_n for e < N, dC_n after), channels in order in
+ * four interleaved partial sums ((c0 + c1) + (c2 + c3), c_j over channels ≡ j mod 4). Odd channels store their dB and
+ * dC halves swapped, so that the 8 lanes of a quarter-warp (channels 2i and 2i+1) write 16-byte vectors to all 32
+ * banks, while a warp reading one channel's 32 values still touches each bank once.
  */
-template <int H>
-__device__ __forceinline__ void foldHalf(float* v, int off, int wl) {
-    const bool upper = (wl & off) != 0;
+template <int C>
+__device__ __forceinline__ float dbcColumn(const float* table, int e, int N) {
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const int even = e, odd = e < N ? e + N : e - N;
 #pragma unroll
-    for (int k = 0; k < H; ++k) {
-        const float send = upper ? v[k] : v[k + H];
-        const float keep = upper ? v[k + H] : v[k];
-        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-    }
+    for (int c = 0; c < C; ++c) acc[c % 4] += table[c * 2 * N + ((c & 1) ? odd : even)];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
 struct Layout {
@@ -226,10 +225,75 @@ __global__ void carryCombineKernel(ScanBackwardArgs s, BackwardOut o) {
     }
 }
 
-// S_FIXED > 0: the lanes per channel known at compile time, every lane's NS states real (N == NS·S_FIXED):
-// shuffle trees unrolled, no per-state bounds checks. S_FIXED = 0: any d_state (the layout's S at run time).
-// VEC: a lane's B_t and C_t values are read as one 16-byte load each (bc and ldbc 16-byte aligned, S_FIXED > 0).
-template <int NS, int SUB, int S_FIXED, bool VEC>
+/** Where a block's chunks start and end: its group's chunks, in reverse. */
+__device__ __forceinline__ int firstChunk(const BackwardOut& o, const Place& p) { return p.grp * o.per_group; }
+__device__ __forceinline__ int endChunk(const BackwardOut& o, const Place& p) {
+    return min(o.chunks, (p.grp + 1) * o.per_group);
+}
+
+/** The carry G entering a block's last chunk: the group's incoming carry, ∂L/∂h_end, or 0. */
+__device__ __forceinline__ float startCarry(const ScanBackwardArgs& s, const BackwardOut& o, const Place& p, int n) {
+    if (o.groups > 1) return o.carry_in[groupIndex(o, p.b, p.grp, s.channels, p.d, s.d_state) + n];
+    return s.dh_end ? s.dh_end[p.b * s.dh_stride + static_cast<int64_t>(p.d) * s.d_state + n] : 0.f;
+}
+
+/**
+ * One step of the walk back for a lane's NS states (the first `valid` of them real): with gn = G + dy·C = ∂L/∂h_t,
+ * vC = dy·h_t and vB = gn·Δu are the lane's dC_t / dB_t terms, sGB = Σ gn·B and sDelta = Σ (gn·Ā·h_{t−1}·A + gn·B·u)
+ * its shares of du and dΔ; dA += gn·Ā·h_{t−1}·Δ and G ← gn·Ā. Both backward kernels step through it.
+ */
+template <int NS, bool ALL>
+__device__ __forceinline__ void stepBack(float (&G)[NS], float (&gA)[NS], const float (&A)[NS], const float (&a2)[NS],
+                                         const float (&h)[NS], const float (&h_prev)[NS], const float (&bv)[NS],
+                                         const float (&cv)[NS], float delta, float u, float dy, int valid,
+                                         float (&vB)[NS], float (&vC)[NS], float& sGB, float& sDelta) {
+    const float du = delta * u;
+    sGB = 0.f;
+    sDelta = 0.f;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) {
+        vB[i] = 0.f;
+        vC[i] = 0.f;
+        if (ALL || i < valid) {
+            const float bn = bv[i], cn = cv[i];
+            const float gn = G[i] + dy * cn;  // ∂L/∂h_t
+            vC[i] = dy * h[i];
+            vB[i] = gn * du;
+            sGB += gn * bn;
+            const float e = scanDecay(delta, a2[i]);
+            const float gah = gn * e * h_prev[i];
+            sDelta += gah * A[i] + gn * bn * u;
+            gA[i] += gah * delta;
+            G[i] = gn * e;  // carried to h_{t−1}
+        }
+    }
+}
+
+/** What a block leaves behind: ∂L/∂h_start (first group), the dA and dD partials of its (row, group). */
+template <int NS, bool ALL>
+__device__ __forceinline__ void finishBlock(const ScanBackwardArgs& s, const BackwardOut& o, const Place& p,
+                                            const float (&G)[NS], const float (&gA)[NS], float gD) {
+    if (!p.active) return;
+    const int N = s.d_state;
+    if (s.dh_start && p.grp == 0) {  // past step 0 the carry is ∂L/∂(the starting h)
+#pragma unroll
+        for (int i = 0; i < NS; ++i)
+            if (ALL || p.n0 + i < N) s.dh_start[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] = G[i];
+    }
+    float* pa = o.pda + groupIndex(o, p.b, p.grp, s.channels, p.d, N);
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+        if (ALL || p.n0 + i < N) pa[p.n0 + i] = gA[i];
+    if (p.lane == 0) o.pdd[(static_cast<int64_t>(p.b) * o.groups + p.grp) * s.channels + p.d] = gD;
+}
+
+// ---- any d_state: the general kernel ----
+//
+// Per chunk: (1) from the checkpoint, re-run its steps (SUB at a time, loads first), keeping every SUB-th state and
+// every step's Δ in shared memory; (2) for each sub-chunk of SUB steps in reverse, re-run it from its stored state
+// with the SUB+1 states in registers, then walk it back. dB_t / dC_t: per step a fixed xor-shuffle tree over the
+// warp's channels, then the block's warps in order through shared memory (double-buffered: one barrier per sub-chunk).
+template <int NS, int SUB>
 __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     scanBackwardKernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
     extern __shared__ float smem[];
@@ -239,27 +303,20 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     const int64_t R = static_cast<int64_t>(s.batch) * T;
     const Place p = place(L, E, NS, o.groups);
     const int tid = threadIdx.x, warp = tid / 32, wl = tid % 32;
+    const int S = L.S;
+    const int ch_local = tid / S;
     const int nsub_max = (K + SUB - 1) / SUB;
-    float* sub = smem;                                        // [nsub_max][NS][kThreads]
+    float* sub = smem;                                                   // [nsub_max][NS][kThreads]
     float* red = smem + static_cast<int64_t>(nsub_max) * NS * kThreads;  // [2][SUB][kWarps][2N]
     float* dcache = red + 2 * SUB * kWarps * 2 * N;  // [K][per_block]: Δ of the chunk's steps (phase 1 → phase 2)
-    constexpr bool kFull = S_FIXED > 0;
-    static_assert(!kFull || (NS == 4 && S_FIXED == 4), "the reduce-scatter below is written for 8 channels × 8 sums per warp");
-    static_assert(!kFull || SUB == S_FIXED, "kFull: lane q of a channel takes step q of each SUB steps");
-    const int S = S_FIXED > 0 ? S_FIXED : L.S;
-    const int ch_local = tid / S;
-    const int lane0 = wl & ~(S - 1);  // the channel's first lane in the warp (S is a power of two)
 
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-        const bool on = (kFull || p.n0 + i < N);
+        const bool on = p.n0 + i < N;
         A[i] = on ? s.a[static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
         a2[i] = A[i] * kLog2e;
-        // the carry starts from ∂L/∂h_end when the state is carried on (nothing reads h past the end otherwise),
-        // or from the group's incoming carry (phase 2)
-        if (o.groups > 1) G[i] = on ? o.carry_in[groupIndex(o, p.b, p.grp, E, p.d, N) + p.n0 + i] : 0.f;
-        else G[i] = on && s.dh_end ? s.dh_end[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] : 0.f;
+        G[i] = on ? startCarry(s, o, p, p.n0 + i) : 0.f;
         gA[i] = 0.f;
     }
     float gD = 0.f;
@@ -268,16 +325,13 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
     int parity = 0;
 
-    const int c_first = p.grp * o.per_group, c_end = min(o.chunks, c_first + o.per_group);
-    for (int c = c_end - 1; c >= c_first; --c) {
+    for (int c = endChunk(o, p) - 1; c >= firstChunk(o, p); --c) {
         const int ta = c * K, tb = min(T, ta + K);
         // 1. the chunk's states from its checkpoint; every SUB-th one kept in shared memory
         {
             float h[NS];
 #pragma unroll
-            for (int i = 0; i < NS; ++i) h[i] = (kFull || p.n0 + i < N) ? ck[static_cast<int64_t>(c) * E * N + p.n0 + i] : 0.f;
-            // SUB steps at a time, all their loads issued before the dependent state updates; pointers advanced by
-            // SUB rows (64-bit index products once per chunk)
+            for (int i = 0; i < NS; ++i) h[i] = p.n0 + i < N ? ck[static_cast<int64_t>(c) * E * N + p.n0 + i] : 0.f;
             const float* dtp = s.dt + (row0 + ta) * E + p.d;
             const float* up = s.u + (row0 + ta) * E + p.d;
             const float* bp = s.bc + (row0 + ta) * s.ldbc + p.n0;
@@ -288,36 +342,23 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 #pragma unroll
                 for (int i = 0; i < NS; ++i) dst[i * kThreads] = h[i];
                 float dtv[SUB], uv[SUB], bv[SUB][NS];
-                // kFull: lane q of the channel takes step q's softplus (S = SUB lanes) and hands it round
-                float my_delta = 0.f;
-                if constexpr (kFull) {
-                    if (p.lane < cnt) {
-                        my_delta = softplusf(dtp[p.lane * E]);
-                        dcache[(t0 - ta + p.lane) * L.per_block + ch_local] = my_delta;
-                    }
-                }
 #pragma unroll
                 for (int q = 0; q < SUB; ++q) {
                     if (q < cnt) {
-                        if constexpr (!kFull) dtv[q] = dtp[q * E];
+                        dtv[q] = dtp[q * E];
                         uv[q] = up[q * E];
-                        loadFloats<NS, VEC>(bp + q * ldbc, bv[q], N - p.n0);
+                        loadFloats<NS, false>(bp + q * ldbc, bv[q], N - p.n0);
                     }
                 }
 #pragma unroll
                 for (int q = 0; q < SUB; ++q) {
                     if (q < cnt) {
-                        float delta;
-                        if constexpr (kFull) {
-                            delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
-                        } else {
-                            delta = softplusf(dtv[q]);
-                            if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
-                        }
+                        const float delta = softplusf(dtv[q]);
+                        if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
                         const float du = delta * uv[q];
 #pragma unroll
                         for (int i = 0; i < NS; ++i)
-                            if (kFull || p.n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[q][i]);
+                            if (p.n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[q][i]);
                     }
                 }
             }
@@ -328,7 +369,6 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
         for (int j = nsub - 1; j >= 0; --j) {
             const int s0 = ta + j * SUB, cnt = min(SUB, tb - s0);
             float hs[SUB + 1][NS], dl[SUB], uu[SUB];  // states, Δ, u
-            // the sub-chunk's rows: step q of a [R, ld] array is base[q·ld] (32-bit offsets from 64-bit bases)
             const int64_t rs = row0 + s0;
             const float* dtp = s.dt + rs * E + p.d;
             const float* up = s.u + rs * E + p.d;
@@ -348,81 +388,37 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     uu[q] = up[q * E];
                     const float du = dl[q] * uu[q];
                     float bv[NS];
-                    loadFloats<NS, VEC>(bp + q * ldbc, bv, N - p.n0);
+                    loadFloats<NS, false>(bp + q * ldbc, bv, N - p.n0);
 #pragma unroll
                     for (int i = 0; i < NS; ++i)
-                        hs[q + 1][i] = (kFull || p.n0 + i < N) ? scanUpdate(hs[q][i], a2[i], dl[q], du, bv[i]) : 0.f;
+                        hs[q + 1][i] = p.n0 + i < N ? scanUpdate(hs[q][i], a2[i], dl[q], du, bv[i]) : 0.f;
                 }
-            }
-            // kFull: lane q of the channel loads step q's gate inputs and computes its gate values once; dy is handed
-            // round by a shuffle, and each lane keeps what its step stores (written after the walk, lane q row q)
-            float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f, my_dy = 0.f, my_g = 0.f;
-            float my_yv = 0.f, my_du = 0.f, my_sd = 0.f;
-            if constexpr (kFull) {
-                if (p.lane < cnt) {
-                    my_dout = doutp[p.lane * E];
-                    my_z = zp[p.lane * ldz];
-                    my_dtr = dtp[p.lane * E];
-                }
-                const GateGrad gg = gateGrad(my_dout, my_z);
-                my_dy = gg.dy;
-                my_g = gg.g;
             }
 #pragma unroll
             for (int q = SUB - 1; q >= 0; --q) {
                 if (q >= cnt) continue;
                 const float delta = dl[q], u = uu[q];
                 float bv[NS], cv[NS];
-                loadFloats<NS, VEC>(bp + q * ldbc, bv, N - p.n0);
-                loadFloats<NS, VEC>(bp + q * ldbc + N, cv, N - p.n0);
+                loadFloats<NS, false>(bp + q * ldbc, bv, N - p.n0);
+                loadFloats<NS, false>(bp + q * ldbc + N, cv, N - p.n0);
                 // y = Σ_n h·C + D·u, then the gate
                 float yacc = 0.f;
 #pragma unroll
                 for (int i = 0; i < NS; ++i)
-                    if ((kFull || p.n0 + i < N)) yacc = fmaf(hs[q + 1][i], cv[i], yacc);
+                    if (p.n0 + i < N) yacc = fmaf(hs[q + 1][i], cv[i], yacc);
                 yacc = groupSum(yacc, S);
                 const float yv = dskip * u + yacc;
-                float dy, dz = 0.f, dtr = 0.f;
-                if constexpr (kFull) {
-                    dy = __shfl_sync(0xffffffffu, my_dy, lane0 | q);
-                    if (p.lane == q) my_yv = yv;
-                } else {
-                    const float dout = doutp[q * E];
-                    const GateGrad gg = gateGrad(dout, zp[q * ldz]);
-                    dtr = dtp[q * E];
-                    dy = gg.dy;
-                    dz = dout * yv * gg.g;
-                }
+                const float dout = doutp[q * E];
+                const GateGrad gg = gateGrad(dout, zp[q * ldz]);
+                const float dtr = dtp[q * E];
+                const float dy = gg.dy, dz = dout * yv * gg.g;
                 gD += dy * u;
-                const float du = delta * u;
-                float vB[NS], vC[NS];
-                float sGB = 0.f, sDelta = 0.f;
-#pragma unroll
-                for (int i = 0; i < NS; ++i) {
-                    vB[i] = 0.f;
-                    vC[i] = 0.f;
-                    if ((kFull || p.n0 + i < N)) {
-                        const float bn = bv[i], cn = cv[i];
-                        const float gn = G[i] + dy * cn;  // ∂L/∂h_t
-                        vC[i] = dy * hs[q + 1][i];
-                        vB[i] = gn * du;
-                        sGB += gn * bn;
-                        const float e = scanDecay(delta, a2[i]);
-                        const float gah = gn * e * hs[q][i];
-                        sDelta += gah * A[i] + gn * bn * u;
-                        gA[i] += gah * delta;
-                        G[i] = gn * e;  // carried to h_{t−1}
-                    }
-                }
+                float vB[NS], vC[NS], sGB, sDelta;
+                stepBack<NS, false>(G, gA, A, a2, hs[q + 1], hs[q], bv, cv, delta, u, dy, N - p.n0, vB, vC, sGB,
+                                    sDelta);
                 sGB = groupSum(sGB, S);
                 sDelta = groupSum(sDelta, S);
-                if constexpr (kFull) {
-                    const float du_out = dskip * dy + delta * sGB;
-                    if (p.lane == q) {
-                        my_du = du_out;
-                        my_sd = sDelta;
-                    }
-                } else if (p.active && p.lane == 0) {
+                if (p.active && p.lane == 0) {
                     const int64_t r = rs + q;
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
                     s.ddt[r * E + p.d] = sDelta * softplusGrad(dtr);
@@ -434,45 +430,21 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
                 }
                 float* rb = red + ((parity * SUB + q) * kWarps + warp) * 2 * N;
-                if constexpr (kFull) {
-                    // reduce-scatter over the warp's channels: the same pairwise tree as the butterfly below
-                    // (same operands, so the same bits), with 2·NS − 1 shuffles instead of 2·NS per level
-                    float v[2 * NS];
 #pragma unroll
-                    for (int i = 0; i < NS; ++i) {
-                        v[i] = vB[i];
-                        v[NS + i] = vC[i];
-                    }
-                    foldHalf<NS>(v, S, wl);
-                    foldHalf<NS / 2>(v, 2 * S, wl);
-                    foldHalf<NS / 4>(v, 4 * S, wl);
-                    const int j = ((wl & S) ? NS : 0) + ((wl & (2 * S)) ? NS / 2 : 0) + ((wl & (4 * S)) ? NS / 4 : 0);
-                    rb[(j < NS ? 0 : N) + p.n0 + j % NS] = v[0];
-                } else {
-#pragma unroll
-                    for (int i = 0; i < NS; ++i) {
-                        for (int off = S; off < 32; off <<= 1) {
-                            vB[i] += __shfl_xor_sync(0xffffffffu, vB[i], off);
-                            vC[i] += __shfl_xor_sync(0xffffffffu, vC[i], off);
-                        }
-                    }
-                    if (wl < S) {  // the warp's first channel holds the warp's sums
-#pragma unroll
-                        for (int i = 0; i < NS; ++i) {
-                            if (p.n0 + i < N) {
-                                rb[p.n0 + i] = vB[i];
-                                rb[N + p.n0 + i] = vC[i];
-                            }
-                        }
+                for (int i = 0; i < NS; ++i) {
+                    for (int off = S; off < 32; off <<= 1) {
+                        vB[i] += __shfl_xor_sync(0xffffffffu, vB[i], off);
+                        vC[i] += __shfl_xor_sync(0xffffffffu, vC[i], off);
                     }
                 }
-            }
-            if constexpr (kFull) {
-                if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
-                    const int64_t r = rs + p.lane;
-                    s.du[r * E + p.d] = my_du;
-                    s.ddt[r * E + p.d] = my_sd * softplusGrad(my_dtr);
-                    s.dz[r * s.lddz + p.d] = my_dout * my_yv * my_g;
+                if (wl < S) {  // the warp's first channel holds the warp's sums
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) {
+                        if (p.n0 + i < N) {
+                            rb[p.n0 + i] = vB[i];
+                            rb[N + p.n0 + i] = vC[i];
+                        }
+                    }
                 }
             }
             // the sub-chunk's steps: the block's warps added in order (double-buffered: one barrier per sub-chunk)
@@ -487,17 +459,196 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
             parity ^= 1;
         }
     }
-    if (!p.active) return;
-    if (s.dh_start && p.grp == 0) {  // past step 0 the carry is ∂L/∂(the starting h)
+    finishBlock<NS, false>(s, o, p, G, gA, gD);
+}
+
+// ---- d_state 16 (every Mamba-1 checkpoint): the tuned kernel ----
+//
+// 4 lanes × 4 states per channel, 32 channels per block. A chunk is walked in pieces of kPiece steps:
+//  1. (chunks longer than one piece only) from the checkpoint, re-run the chunk, keeping each piece's start state;
+//  2. for each piece in reverse: re-run it from its start state, keeping EVERY state (and each step's Δ and u) in
+//     shared memory, then walk it back reading them. With checkpoints every kPiece steps (Mamba-1's training tape,
+//     arch/mamba1) step 1 never runs, so each state is recomputed once, not twice.
+// A channel's per-step scalar work (the softplus, the gate's values, the du / ddt / dz stores) is done by one of its
+// lanes per step: lane q takes step q of every 4, handing Δ, u and dy round by shuffles or shared memory.
+// dB_t, dC_t: each lane writes its 4 + 4 terms of a step into the table [4 steps][32 channels][2N]; after every 4
+// steps of the walk, thread k adds column k over the 32 channels (dbcColumn) — no shuffles or selects in the walk.
+constexpr int kPiece = 16;
+constexpr int kQuad = 4;  // steps per table fill = lanes per channel (lane q takes step q)
+constexpr int kBackward16MinBlocks = 4;
+
+/**
+ * Floats of the d_state-16 kernel's shared memory: the piece's states, the start states of a chunk's pieces after the
+ * first, the Δ and u caches, the dB/dC table (54 KB with checkpoints every kPiece steps: 4 blocks per SM).
+ */
+constexpr int64_t backward16SmemFloats(int chunk) {
+    const int64_t starts = (chunk + kPiece - 1) / kPiece - 1;
+    return (kPiece + 1 + starts) * 4 * kThreads + 2 * kPiece * kFullChannels + kQuad * kFullChannels * 32;
+}
+
+template <bool VEC>
+__global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
+    scanBackward16Kernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
+    constexpr int NS = 4, N = 16, C = kFullChannels;
+    extern __shared__ float4 smem4[];
+    pdlWait();
+    pdlLaunchDependents();
+    const int E = s.channels, T = s.steps, K = s.chunk;
+    const int64_t R = static_cast<int64_t>(s.batch) * T;
+    const Place p = place(L, E, NS, o.groups);
+    const int tid = threadIdx.x;
+    const int ch = tid / kQuad;                                          // the channel within the block
+    const int lane0 = (tid % 32) & ~(kQuad - 1);                         // its first lane in the warp
+    const int npiece_max = (K + kPiece - 1) / kPiece;
+    float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the piece's states
+    float4* starts = hist + (kPiece + 1) * kThreads;  // [npiece_max − 1][kThreads]: start states of pieces 1, 2, …
+    float* dcache = reinterpret_cast<float*>(starts + (npiece_max - 1) * kThreads);  // [kPiece][C]: Δ
+    float* ucache = dcache + kPiece * C;                                 // [kPiece][C]: u
+    float* table = ucache + kPiece * C;                                  // [kQuad][C][2N]: dB_t / dC_t terms
+
+    float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
-        for (int i = 0; i < NS; ++i)
-            if ((kFull || p.n0 + i < N)) s.dh_start[p.b * s.dh_stride + static_cast<int64_t>(p.d) * N + p.n0 + i] = G[i];
+    for (int i = 0; i < NS; ++i) {
+        A[i] = s.a[static_cast<int64_t>(p.d) * N + p.n0 + i];
+        a2[i] = A[i] * kLog2e;
+        G[i] = startCarry(s, o, p, p.n0 + i);
+        gA[i] = 0.f;
     }
-    float* pa = o.pda + groupIndex(o, p.b, p.grp, E, p.d, N);
+    float gD = 0.f;
+    const float dskip = s.d_skip[p.d];
+    const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
+    const int64_t row0 = static_cast<int64_t>(p.b) * T;
+    const int ldbc = static_cast<int>(s.ldbc), ldz = static_cast<int>(s.ldz);
+
+    // Re-runs the steps [t0, t1) from h (the piece's states into hist[1…] when KEEP): loads of 4 steps first, then
+    // lane q's softplus of step q (and u) handed round; hist[j + 1] = the state after step t0 + j.
+    auto rerun = [&](float (&h)[NS], int t0, int t1, auto keep) {
+        constexpr bool KEEP = decltype(keep)::value;
+        for (int g0 = t0; g0 < t1; g0 += kQuad) {
+            const int cnt = min(kQuad, t1 - g0);
+            const int64_t r = row0 + g0;
+            float my_delta = 0.f, my_u = 0.f;
+            if (p.lane < cnt) {
+                my_delta = softplusf(s.dt[(r + p.lane) * E + p.d]);
+                my_u = s.u[(r + p.lane) * E + p.d];
+                if constexpr (KEEP) {
+                    dcache[(g0 - t0 + p.lane) * C + ch] = my_delta;
+                    ucache[(g0 - t0 + p.lane) * C + ch] = my_u;
+                }
+            }
+            float bv[kQuad][NS];
+            const float* bp = s.bc + r * s.ldbc + p.n0;
 #pragma unroll
-    for (int i = 0; i < NS; ++i)
-        if ((kFull || p.n0 + i < N)) pa[p.n0 + i] = gA[i];
-    if (p.lane == 0) o.pdd[(static_cast<int64_t>(p.b) * o.groups + p.grp) * E + p.d] = gD;
+            for (int q = 0; q < kQuad; ++q)
+                if (q < cnt) loadFloats<NS, VEC>(bp + q * ldbc, bv[q], NS);
+#pragma unroll
+            for (int q = 0; q < kQuad; ++q) {
+                if (q < cnt) {
+                    const float delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
+                    const float du = delta * __shfl_sync(0xffffffffu, my_u, lane0 | q);
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[q][i]);
+                    if constexpr (KEEP) hist[(g0 - t0 + q + 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
+                }
+            }
+        }
+    };
+
+    for (int c = endChunk(o, p) - 1; c >= firstChunk(o, p); --c) {
+        const int ta = c * K, tb = min(T, ta + K);
+        const int npiece = (tb - ta + kPiece - 1) / kPiece;
+        const float4 ck4 = *reinterpret_cast<const float4*>(ck + static_cast<int64_t>(c) * E * N + p.n0);
+        float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
+        // 1. the start state of each piece after the first (only when the chunk holds more than one piece)
+        for (int j = 1; j < npiece; ++j) {
+            rerun(h, ta + (j - 1) * kPiece, ta + j * kPiece, std::false_type{});
+            starts[(j - 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
+        }
+        // 2. pieces in reverse: every state of the piece into hist, then the walk back
+        for (int j = npiece - 1; j >= 0; --j) {
+            const int s0 = ta + j * kPiece, len = min(kPiece, tb - s0);
+            const float4 h0 = j == 0 ? ck4 : starts[(j - 1) * kThreads + tid];
+            hist[tid] = h0;
+            h[0] = h0.x, h[1] = h0.y, h[2] = h0.z, h[3] = h0.w;
+            rerun(h, s0, s0 + len, std::true_type{});
+            __syncwarp();  // a channel's caches and states are written by its own lanes, all in one warp
+            float hn[NS];  // h_t of the step being walked: the state after it
+            {
+                const float4 v = hist[len * kThreads + tid];
+                hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
+            }
+            for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad) {
+                const int cnt = min(kQuad, len - g0);
+                const int64_t rg = row0 + s0 + g0;
+                // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
+                float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f, my_yv = 0.f, my_du = 0.f, my_sd = 0.f;
+                if (p.lane < cnt) {
+                    my_dout = s.dout[(rg + p.lane) * E + p.d];
+                    my_z = s.z[(rg + p.lane) * ldz + p.d];
+                    my_dtr = s.dt[(rg + p.lane) * E + p.d];
+                }
+                const GateGrad gg = gateGrad(my_dout, my_z);
+                const float* bp = s.bc + rg * s.ldbc + p.n0;
+#pragma unroll
+                for (int q = kQuad - 1; q >= 0; --q) {
+                    if (q >= cnt) continue;
+                    const int t = g0 + q;  // within the piece
+                    const float delta = dcache[t * C + ch], u = ucache[t * C + ch];
+                    float hp[NS], bv[NS], cv[NS];
+                    {
+                        const float4 v = hist[t * kThreads + tid];  // h_{t−1}
+                        hp[0] = v.x, hp[1] = v.y, hp[2] = v.z, hp[3] = v.w;
+                    }
+                    loadFloats<NS, VEC>(bp + q * ldbc, bv, NS);
+                    loadFloats<NS, VEC>(bp + q * ldbc + N, cv, NS);
+                    // y = Σ_n h·C + D·u, then the gate
+                    float yacc = 0.f;
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) yacc = fmaf(hn[i], cv[i], yacc);
+                    yacc = groupSum(yacc, kQuad);
+                    const float yv = dskip * u + yacc;
+                    const float dy = __shfl_sync(0xffffffffu, gg.dy, lane0 | q);
+                    if (p.lane == q) my_yv = yv;
+                    gD += dy * u;
+                    float vB[NS], vC[NS], sGB, sDelta;
+                    stepBack<NS, true>(G, gA, A, a2, hn, hp, bv, cv, delta, u, dy, NS, vB, vC, sGB, sDelta);
+                    sGB = groupSum(sGB, kQuad);
+                    sDelta = groupSum(sDelta, kQuad);
+                    if (p.lane == q) {
+                        my_du = dskip * dy + delta * sGB;
+                        my_sd = sDelta;
+                    }
+                    if (!p.active) {
+#pragma unroll
+                        for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
+                    }
+                    // the lane's terms into the table (odd channels swap the halves: see dbcColumn)
+                    float* row = table + (q * C + ch) * 2 * N;
+                    const int swap = (ch & 1) * N;
+                    *reinterpret_cast<float4*>(row + swap + p.n0) = make_float4(vB[0], vB[1], vB[2], vB[3]);
+                    *reinterpret_cast<float4*>(row + (N - swap) + p.n0) = make_float4(vC[0], vC[1], vC[2], vC[3]);
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) hn[i] = hp[i];
+                }
+                if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
+                    const int64_t r = rg + p.lane;
+                    s.du[r * E + p.d] = my_du;
+                    s.ddt[r * E + p.d] = my_sd * softplusGrad(my_dtr);
+                    s.dz[r * s.lddz + p.d] = my_dout * my_yv * gg.g;
+                }
+                // thread k: step k / 2N, value k % 2N over the block's channels; the second barrier keeps the next
+                // steps from writing the table before every column is read
+                __syncthreads();
+                if (tid < cnt * 2 * N) {
+                    const int q = tid / (2 * N), e = tid % (2 * N);
+                    o.pbc[(static_cast<int64_t>(p.chb) * R + rg + q) * 2 * N + e] =
+                        dbcColumn<C>(table + q * C * 2 * N, e, N);
+                }
+                __syncthreads();
+            }
+        }
+    }
+    finishBlock<NS, true>(s, o, p, G, gA, gD);
 }
 
 // dbc[r, k] = Σ_blocks pbc[block, r, k], channel blocks in order (overwrites dB_t, dC_t).
@@ -534,7 +685,7 @@ __global__ void scanParamKernel(const float* pda, const float* pdd, const float*
 
 int statesPerLane(int N) { return N <= 128 ? 4 : 8; }
 
-/** Shared memory of the backward kernel: the sub-chunk states of one chunk, the double-buffered sums, the Δ cache. */
+/** Shared memory of the general backward kernel: the sub-chunk states of one chunk, the warps' sums, the Δ cache. */
 size_t backwardSmem(int chunk, int ns, int sub, int N, int per_block) {
     const size_t nsub_max = static_cast<size_t>((chunk + sub - 1) / sub);
     return (nsub_max * ns * kThreads + 2 * static_cast<size_t>(sub) * kWarps * 2 * N +
@@ -571,13 +722,14 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const Layout L = layoutFor(N, s.batch, E);
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     const bool narrow = statesPerLane(N) == 4;
-    // d_state 16 (every Mamba-1 checkpoint): 4 lanes of 4 states, the compile-time layout, 16-byte B/C loads
-    // when the rows allow them
+    // d_state 16 (every Mamba-1 checkpoint): the tuned kernel, 16-byte B/C loads when the rows allow them
     const bool vec = reinterpret_cast<uintptr_t>(s.bc) % 16 == 0 && s.ldbc % 4 == 0;
-    const auto kernel = narrow && N == 16 ? (vec ? scanBackwardKernel<4, 4, 4, true> : scanBackwardKernel<4, 4, 4, false>)
-                        : narrow          ? scanBackwardKernel<4, 4, 0, false>
-                                          : scanBackwardKernel<8, 4, 0, false>;
-    const size_t smem = backwardSmem(s.chunk, narrow ? 4 : 8, 4, N, L.per_block);
+    const bool d16 = N == 16;
+    const auto kernel = d16      ? (vec ? scanBackward16Kernel<true> : scanBackward16Kernel<false>)
+                        : narrow ? scanBackwardKernel<4, 4>
+                                 : scanBackwardKernel<8, 4>;
+    const size_t smem = d16 ? static_cast<size_t>(backward16SmemFloats(s.chunk)) * sizeof(float)
+                            : backwardSmem(s.chunk, narrow ? 4 : 8, 4, N, L.per_block);
     const int optin = ex.smem_optin;
     if (smem > static_cast<size_t>(optin))
         throw std::invalid_argument("selectiveScanBackward: chunk " + std::to_string(s.chunk) + " with d_state " +
@@ -586,9 +738,13 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     // The opt-in is an attribute of the kernel in the device context that every backend on the device
     // shares: it is always set to the device's maximum, so a concurrent setter can never lower it below
     // what a launch on another thread needs.
-    if (smem > 48 * 1024)
+    if (smem > 48 * 1024) {
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
               "cudaFuncSetAttribute (scan backward)");
+        // all of the SM's shared memory as such: the d_state-16 kernel's 54 KB fit 4 blocks only so
+        check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+              "cudaFuncSetAttribute (scan backward carveout)");
+    }
 
     BackwardOut o;
     o.chunks = (s.steps + s.chunk - 1) / s.chunk;

@@ -1839,6 +1839,14 @@ std::vector<Case> allCases() {
             add("selectiveScan", format("B=2 T=64 C=72 N=16 dtProj %s", ck ? "ckpt/16" : "nockpt"), dtype, ck ? "repro" : "fast",
                 NEED_LOWP | (ck ? NEED_TRAINING : NEED_NONE), false,
                 [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 64, 72, 16, true, ck ? 16 : 0, dtype); });
+    // the chunked training forward at the checkpoint intervals of the d_state-16 backward's pieces (16) and past them
+    // (24: pieces of 16 + 8), short last chunks; the backward on the same tapes
+    for (int ck : {16, 24}) {
+        add("selectiveScan", format("B=2 T=203 C=72 N=16 dt ckpt/%d", ck), DTYPE_F32, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return scanCase(o, s, 2, 203, 72, 16, false, ck, DTYPE_F32); });
+        add("selectiveScanBackward", format("B=2 T=203 C=72 N=16 ckpt/%d aligned rows", ck), DTYPE_F32, "-", NEED_TRAINING,
+            false, [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 203, 72, 16, ck, false, true); });
+    }
     for (int T : {7, 40, 200, 203})  // below and above the wide layout's 32 steps, the chunked scan's minimum, the load groups
         add("det.steps.selectiveScan", format("B=3 T=%d C=72 N=16 shape-independent: = T steps = row alone", T), DTYPE_F32,
             "det", NEED_NONE, false, [=](Ops& o, uint64_t s) { return scanShapeIndependentCase(o, s, 3, T, 72, 16); });
@@ -1879,6 +1887,12 @@ std::vector<Case> allCases() {
     // B and C rows 16-byte aligned like a model's x_proj output (the vector-load path); small then the 130m shapes
     add("selectiveScanBackward", "B=2 T=67 C=72 N=16 ckpt/16 aligned rows", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 67, 72, 16, 16, false, true); });
+    // the d_state-16 kernel's pieces of 16 steps: chunks of several pieces with a short last one, channels past the
+    // last full block (40 = 32 + 8)
+    add("selectiveScanBackward", "B=2 T=67 C=72 N=16 ckpt/24 aligned rows", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 67, 72, 16, 24, false, true); });
+    add("selectiveScanBackward", "B=3 T=100 C=40 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 3, 100, 40, 16, 64); });
     add("selectiveScanBackward", "B=4 T=256 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 4, 256, 1536, 16, 64, false, true); });
     // the 130m training shape at B 8 × T 1024 (chunk-parallel forward; the backward's 384 blocks fill 73% of the H200's slots: one group)
@@ -1893,6 +1907,15 @@ std::vector<Case> allCases() {
     // the carry kernels
     add("selectiveScanBackward", "B=1 T=2048 C=1536 N=16 ckpt/64", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 1, 2048, 1536, 16, 64, false, true); });
+    // the same shapes with Mamba-1's training tape (a checkpoint every 16 steps: one piece per chunk)
+    for (int T : {1024, 2048}) {
+        add("selectiveScan", format("B=8 T=%d C=1536 N=16 ckpt/16", T), DTYPE_F32, "-", NEED_TRAINING, true,
+            [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, T, 1536, 16, false, 16, DTYPE_F32); });
+        add("selectiveScanBackward", format("B=8 T=%d C=1536 N=16 ckpt/16", T), DTYPE_F32, "-", NEED_TRAINING, true,
+            [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 8, T, 1536, 16, 16, false, true); });
+    }
+    add("selectiveScanBackward", "B=1 T=2048 C=1536 N=16 ckpt/16", DTYPE_F32, "-", NEED_TRAINING, true,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 1, 2048, 1536, 16, 16, false, true); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})

@@ -2,7 +2,7 @@
 // Rows r = b·T + t. Inference, prefill and training run the same forwardLayer; training only asks it to
 // keep its activations (the tape) and the SSM state every kScanChunk steps. The conv output and the SSM
 // states h_t are NOT kept: backward recomputes them from x (with the starting conv history) and from those
-// checkpoints, one chunk at a time, so the tape is O(B·T·d + B·T/64·d_inner·d_state).
+// checkpoints, one chunk at a time, so the tape is O(B·T·d + B·T/16·d_inner·d_state).
 #include "mamba1.h"
 
 #include <stdexcept>

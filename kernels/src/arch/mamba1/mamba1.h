@@ -50,8 +50,11 @@ private:
     struct Layer {
         int norm, in_proj, conv_w, conv_b, x_proj, dt_w, dt_b, a_log, d, out_proj;
     };
-    /** Steps between SSM-state checkpoints of the training scan (backward recomputes the states between). */
-    static constexpr int kScanChunk = 64;
+    /**
+     * Steps between SSM-state checkpoints of the training scan (backward recomputes the states between). 16 = the CUDA
+     * backward's piece (train_scan.cu): every state is then recomputed once, not twice, for a tape 4× that of 64 steps.
+     */
+    static constexpr int kScanChunk = 16;
 
     const float* negA(const WeightView& w, int layer) const { return w.derived + layer * d_.ssm_state; }
 
