@@ -41,8 +41,10 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 // Blocks per SM the general backward kernel is compiled for. NS = 4 (d_state ≤ 128): 4 blocks = 128 registers, which the
-// phase-1 loads of SUB steps at once need without spilling (H200, 130m B 8 × T 1,024: 1,594 µs; 5 blocks at 96
-// registers spilled and took 1,868 µs; without the phase-1 batching 1,642 µs at 96 and 1,769 µs at 128).
+// phase-1 loads of SUB steps at once need (H200, when this kernel still served d_state 16, 130m B 8 × T 1,024: 1,594 µs;
+// 5 blocks at 96 registers spilled and took 1,868 µs; without the phase-1 batching 1,642 µs at 96 and 1,769 µs at
+// 128). Since the stepBack / finishBlock split (2026-12-03) nvcc spills 36 bytes of it at 128 registers; it runs for
+// d_state other than 16 only.
 template <int NS>
 constexpr int kBackwardMinBlocks = NS == 4 ? 4 : 2;
 
@@ -557,7 +559,8 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     for (int c = endChunk(o, p) - 1; c >= firstChunk(o, p); --c) {
         const int ta = c * K, tb = min(T, ta + K);
         const int npiece = (tb - ta + kPiece - 1) / kPiece;
-        const float4 ck4 = *reinterpret_cast<const float4*>(ck + static_cast<int64_t>(c) * E * N + p.n0);
+        const float* ckc = ck + static_cast<int64_t>(c) * E * N + p.n0;  // (no alignment asked of the checkpoints)
+        const float4 ck4 = make_float4(ckc[0], ckc[1], ckc[2], ckc[3]);
         float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
         // 1. the start state of each piece after the first (only when the chunk holds more than one piece)
         for (int j = 1; j < npiece; ++j) {
