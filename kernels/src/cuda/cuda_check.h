@@ -37,23 +37,42 @@ struct Exec {
 /**
  * Launches `kernel` on exec.stream, with programmatic stream serialisation when exec.pdl is set:
  * the kernel may then start while its predecessor drains, and must call pdlWait() before it touches
- * anything the predecessor writes (or writes anything the predecessor reads).
+ * anything the predecessor writes (or writes anything the predecessor reads). A `cluster` other than 1×1×1 groups
+ * the blocks into thread-block clusters of that shape (Hopper+; the grid must be a multiple of it).
  */
 template <typename... Params, typename... Args>
-void launch(const char* name, const Exec& exec, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-            Args... args) {
+void launchClustered(const char* name, const Exec& exec, void (*kernel)(Params...), dim3 grid, dim3 block,
+                     size_t smem, dim3 cluster, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = exec.stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    int n = 0;
+    if (cluster.x * cluster.y * cluster.z > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster.x;
+        attr[n].val.clusterDim.y = cluster.y;
+        attr[n].val.clusterDim.z = cluster.z;
+        ++n;
+    }
+    if (exec.pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = exec.pdl ? 1 : 0;
+    cfg.numAttrs = n;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<Params>(args)...);
     if (e != cudaSuccess) throwCuda(e, std::string("CUDA kernel launch (") + name + ")");
+}
+
+/** launchClustered without clusters. */
+template <typename... Params, typename... Args>
+void launch(const char* name, const Exec& exec, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+            Args... args) {
+    launchClustered(name, exec, kernel, grid, block, smem, dim3(1, 1, 1), args...);
 }
 
 inline unsigned blocksFor(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }

@@ -320,29 +320,9 @@ template <int V, int NS>
 void launchDecode(const Exec& ex, const DecodePlan& pl, const Mamba3ScanArgs& s) {
     auto kernel = mamba3DecodeKernel<V, NS, kDecodeRowsPerThread>;
     const int64_t blocks = static_cast<int64_t>(s.batch) * s.nheads * pl.slices;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(static_cast<unsigned>(pl.threads));
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = ex.stream;
-    cudaLaunchAttribute attr[2];
-    int na = 0;
-    if (pl.slices > 1) {
-        attr[na].id = cudaLaunchAttributeClusterDimension;
-        attr[na].val.clusterDim.x = static_cast<unsigned>(pl.slices);
-        attr[na].val.clusterDim.y = 1;
-        attr[na].val.clusterDim.z = 1;
-        ++na;
-    }
-    if (ex.pdl) {
-        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[na].val.programmaticStreamSerializationAllowed = 1;
-        ++na;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = na;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, s, Mamba3Offsets::of(s), pl.Ln, pl.rows, pl.slices);
-    if (e != cudaSuccess) throwCuda(e, "CUDA kernel launch (mamba3Scan decode)");
+    launchClustered("mamba3Scan decode", ex, kernel, dim3(static_cast<unsigned>(blocks)),
+                    dim3(static_cast<unsigned>(pl.threads)), 0, dim3(static_cast<unsigned>(pl.slices), 1, 1), s,
+                    Mamba3Offsets::of(s), pl.Ln, pl.rows, pl.slices);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // bit and against a double reference on sampled rows, then every tile timed next to cuBLAS (bf16 GemmEx, f32
 // accumulation, default math) on the real Mamba shapes. Built and run by scripts/device-gemm-tc.sh:
 //
-//   gemm_tc_bench [--check-only] [--reps N]
+//   gemm_tc_bench [--check-only] [--reps N] [--only SUBSTRING]   (--only: time the shapes whose name contains it)
 //
 // Prints a markdown table; exit status 1 when a check fails.
 #include "cuda/cublas_loader.h"
@@ -114,7 +114,7 @@ void run(const Exec& e0, Problem& p, TcTile t, const float* bias = nullptr, floa
 
 bool tileFits(const Exec& e, TcTile t, int64_t rows, int out, int in) {
     const bool decode = t == TcTile::kDecode32 || t == TcTile::kFewRowsF32x;
-    const bool split = tensorTierParts(e, out, in) > 1;  // split products run on the TMA tiles only
+    const bool split = tensorTierParts(e, out, in) > 1;  // products split over k run on the TMA tiles only
     const bool tma = t == TcTile::kFewRows || t == TcTile::kFewRowsF32x || t == TcTile::kTma128x256;
     return (!decode || rows <= 16) && (t != TcTile::kFewRows || rows <= 64) && (!split || tma || t == TcTile::kAuto) &&
            (t == TcTile::kAuto || tensorTileRuns(e, t));
@@ -224,9 +224,11 @@ void timeShape(const Exec& e, cublasHandle h, const char* name, int64_t rows, in
 int main(int argc, char** argv) {
     bool checkOnly = false;
     int reps = 20;
+    const char* only = "";
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--check-only")) checkOnly = true;
         else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
     const Exec e = exec();
     for (int i = 1; i + 4 < argc; ++i)
@@ -246,7 +248,9 @@ int main(int argc, char** argv) {
             ck(cudaDeviceSynchronize(), "one");
             return 0;
         }
-    std::printf("# tensor-core tier: %d SMs\n\n| what | shape | tile | error | bits | result |\n|---|---|---|---|---|---|\n", e.sms);
+    std::printf("# tensor-core tier: %d SMs; parts of k: 2.8b out_proj %d, x_proj %d, 1.4b out_proj %d, 130m out_proj %d\n\n| what | shape | tile | error | bits | result |\n|---|---|---|---|---|---|\n", e.sms,
+                tensorTierParts(e, 2560, 5120), tensorTierParts(e, 192, 5120), tensorTierParts(e, 2048, 4096),
+                tensorTierParts(e, 768, 1536));
     checkTiles(e, 1, 3000, 768);
     checkTiles(e, 5, 1000, 520);
     checkTiles(e, 16, 777, 1024);
@@ -256,7 +260,13 @@ int main(int argc, char** argv) {
     checkTiles(e, 257, 2560, 5120);
     checkTiles(e, 33, 10240, 2560);  // the few-rows tile's 64-wide blocks
     checkTiles(e, 64, 2560, 776);    // its 32-wide blocks, a partial last k tile
-    // Products split over k (tensorTierParts on Hopper): x_proj shapes, a last part with a partial k tile.
+    // Products split over k (tensorTierParts on Hopper): x_proj and out_proj shapes (2, 4 and 8 parts), a last part
+    // with a partial k tile, a width that is not a whole number of blocks.
+    checkTiles(e, 1, 768, 1536);     // not split (in ≤ kDeepPart)
+    checkTiles(e, 7, 1024, 2600);    // 2 parts
+    checkTiles(e, 64, 2560, 5120);
+    checkTiles(e, 300, 2048, 4096);
+    checkTiles(e, 16, 520, 5200);    // 4 parts
     checkTiles(e, 1, 192, 5120);
     checkTiles(e, 5, 100, 1160);
     checkTiles(e, 16, 80, 1536);
@@ -266,7 +276,7 @@ int main(int argc, char** argv) {
     if (checkOnly) return failures ? 1 : 0;
     cublasHandle h;
     mamba::cuda::cublas().create(&h);
-    std::printf("| shape | M | cuBLAS us | cuBLAS pedantic us | auto us | cuBLAS/auto | auto GFLOP/s | auto GB/s | tiles (us) |\n"
+    std::printf("| shape | M | cuBLAS us | cuBLAS pedantic us | auto us | cuBLAS/auto | auto TFLOP/s | auto GB/s | tiles (us) |\n"
                 "|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     struct S {
         const char* name;
@@ -280,6 +290,7 @@ int main(int argc, char** argv) {
                        S{"1.4b x_proj", 160, 4096}, S{"1.4b dt_proj", 4096, 128}, S{"1.4b out_proj", 2048, 4096},
                        S{"2.8b in_proj", 10240, 2560}, S{"2.8b x_proj", 192, 5120}, S{"2.8b dt_proj", 5120, 160},
                        S{"2.8b out_proj", 2560, 5120}})
-        for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
+        if (std::strstr(s.name, only))
+            for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
     return failures ? 1 : 0;
 }

@@ -1608,6 +1608,12 @@ std::vector<Case> allCases() {
             false, [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 192, 2048, {1, 5, 16, 17, 64, 65, 300}); });
         add("invariant.gemm.forward", "B=1..128 out=100 in=1160 bias beta=1 (split over k)", dtype, "det", lowp(dtype),
             false, [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 100, 1160, {1, 9, 61, 128}); });
+        // Wide, deep weights (out_proj-like): 2 parts of 1344 and 4 parts of 1344, both with a partial last k tile;
+        // 520 outputs are not a whole number of 64- or 256-wide blocks.
+        add("invariant.gemm.forward", "B=1..300 out=1024 in=2600 bias beta=1 (split over k)", dtype, "det", lowp(dtype),
+            false, [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 1024, 2600, {1, 16, 65, 300}); });
+        add("invariant.gemm.forward", "B=1..300 out=520 in=5200 bias beta=1 (split over k)", dtype, "det", lowp(dtype),
+            false, [=](Ops& o, uint64_t s) { return gemmInvarianceCase(o, s, dtype, 520, 5200, {1, 17, 64, 65, 300}); });
     }
     for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
         add("invariant.gemm.forward", "B=1..257 out=40 in=13 bias beta=1 (odd width)", dtype, "det", lowp(dtype), false,

@@ -2,8 +2,9 @@
 // construction (gemm_tc.h states the numeric contract).
 //
 // Why it is batch-invariant: each output element is accumulated by one chain of mma.m16n8k16 instructions in
-// ascending k, one 16-wide chunk per instruction, in one f32 register, from +0. Nothing else ever adds into it
-// before the epilogue: no split-K, no second accumulator, no reduction across warps. The tile shape only decides
+// ascending k, one 16-wide chunk per instruction, in one f32 register, from +0 — or, for a deep weight on Hopper, by
+// a fixed number of such chains over fixed parts of k (tierSplit, a rule of the weight's shape), added in part order.
+// Nothing else ever adds into a chain: no atomics, no split that depends on M. The tile shape only decides
 // which warp owns the chain and how far ahead the operands are staged, so tiles can be chosen from M (small tiles
 // stream the weights for decode, big ones reuse them for prefill) without changing a bit. The op cases
 // `invariant.gemm.forward` (B = 1 … 4096) and `tiles.gemm.tensor` (every tile on one product) check exactly this.
@@ -30,10 +31,28 @@ namespace mamba::cuda {
 namespace {
 using namespace tc;
 
-// The split of narrow, deep products on Hopper (tensorTierParts): parts of kSplitPart elements of k (a multiple of
-// every tile's BK), for weights of at most kSplitMaxOut outputs — x_proj (80–192 outputs, 1,536–5,120 inputs), whose
-// few chains per k cannot fill the GPU otherwise.
-constexpr int kSplitPart = 512, kSplitMaxOut = 256;
+// The split of deep products on Hopper (tierSplit): a weight with more inputs than outputs (x_proj, out_proj) has
+// few, long chains — on the few-rows tile a chain of K/16 dependent wgmma steps sets the time of a decode product,
+// not the bytes — so its chains are cut into 2, 4 or 8 parts of at most kNarrowPart (≤ kSplitMaxOut outputs) or
+// kDeepPart elements of k, rounded up to whole 64-wide k tiles; never for fewer than kMinSplitIn inputs.
+// The prefill tile must cut the same way (same bits), and there every part costs. H200, 2.8b out_proj [2560, 5120],
+// µs at M = 16 / 4096: 1 part (the unsplit kernel) 21.5 / 217, 2 parts 14.5 / 202, 4 parts 11.2 / 279,
+// 8 parts 14.9 / 403 (cuBLAS 9.7 / 169). kDeepPart = 2560 takes the decode gain that prefill does not pay for; docs/benchmarks.md has the rest.
+constexpr int kNarrowPart = 640, kDeepPart = 2560;
+constexpr int kSplitMaxOut = 256, kMinSplitIn = 1024, kMaxParts = 8;
+
+/** The cut of this weight's chains on this device: a function of the weight's shape and the device alone. */
+KSplit tierSplit(const Exec& ex, int out, int in) {
+    KSplit s;
+    const int target = out <= kSplitMaxOut ? kNarrowPart : kDeepPart;
+    if (ex.cc != 90 || in <= out || in < kMinSplitIn) return s;
+    int parts = 1;
+    while (parts < kMaxParts && (in + parts - 1) / parts > target) parts *= 2;
+    if (parts == 1) return s;
+    s.part = ((in + parts - 1) / parts + 63) / 64 * 64;
+    s.parts = (in + s.part - 1) / s.part;
+    return s;
+}
 
 /** Four 8×8 matrices of 16-bit values from shared memory, in mma fragment order. */
 __device__ __forceinline__ void ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
@@ -287,20 +306,6 @@ __global__ void __launch_bounds__(32 * WM * WN, kMinBlocks) packedTierKernel(TcA
     storeOutputs<MT, NT>(a, acc, m0 + wm * MT * 16, n0 + wn * NT * 16, lane);
 }
 
-// -- the sum of a split's parts: y = finish(((part 0 + part 1) + part 2) …), element by element --
-
-__global__ void sumPartsKernel(TcArgs a, const float* __restrict__ sums, int parts) {
-    pdlWait();
-    pdlLaunchDependents();
-    const int64_t n = a.rows * a.out;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        float v = sums[i];
-        for (int p = 1; p < parts; ++p) v += sums[p * n + i];
-        finishElement(a, i / a.out, static_cast<int>(i % a.out), v);
-    }
-}
-
 // ---- launching ----
 
 /** Opts a kernel in to `bytes` of dynamic shared memory (an attribute of the device context: set on every launch,
@@ -356,13 +361,17 @@ void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile, co
  * once they fill the GPU; 64×32 tiles (many blocks, deep pipeline) for everything between — also for 2…16 rows,
  * where the decode tile's f32 x stages cost more than the packing launch (tried 2026-12-01: 1.6–2.7× slower).
  */
-TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
-    // Hopper: the few-rows TMA tile up to 64 rows (1.3–2× the mma.sync tiles there, 2026-12-02); the TMA + wgmma
-    // tile from 128 rows on once it has 32 blocks (fewer: 130m's in_proj and the narrow x_proj at 256 rows, where
-    // the 64×32 tiles' many blocks win).
-    if (ex.cc == 90 && rows <= 64) return TcTile::kFewRows;
-    if (ex.cc == 90 && ((rows + 127) / 128) * ((out + 255) / 256) >= 32) return TcTile::kTma128x256;
-    if (rows == 1 && xvec && out >= 4096) return TcTile::kDecode32;
+TcTile pickTile(const Exec& ex, int64_t rows, int out, int in, int parts, bool xOnChip) {
+    // Hopper: the few-rows TMA tile up to 64 rows (1.3–2× the mma.sync tiles there, 2026-12-02) — reading f32 x
+    // and rounding it on chip for ≤ 16 rows of a narrow or shallow weight, where every block re-reading f32 x costs
+    // less than the packing launch (H200 2026-12-04: x_proj and dt_proj 0.6–1.1 µs faster, 130m/370m in_proj
+    // 0.2–0.6 µs; 0.4–2.6 µs slower on the wide, deep ones); from 128 rows the TMA + wgmma tile, once it has 32
+    // blocks (fewer: 130m's in_proj and the narrow x_proj at 256 rows, where the 64×32 tiles' many blocks win) or
+    // when the weight's chains are cut into parts (only the TMA tiles run those).
+    if (ex.cc == 90 && rows <= 64)
+        return xOnChip && (out <= 256 || in <= 1024) ? TcTile::kFewRowsF32x : TcTile::kFewRows;
+    if (ex.cc == 90 && (parts > 1 || ((rows + 127) / 128) * ((out + 255) / 256) >= 32)) return TcTile::kTma128x256;
+    if (rows == 1 && xOnChip && out >= 4096) return TcTile::kDecode32;
     const int64_t blocks128 = ((rows + 127) / 128) * ((out + 127) / 128);
     return rows > 64 && blocks128 >= ex.sms ? TcTile::k128x128 : TcTile::k64x32;
 }
@@ -370,51 +379,34 @@ TcTile pickTile(const Exec& ex, int64_t rows, int out, bool xvec) {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 /**
- * Runs `tile` on `a` in row chunks that fit the workspace: x rounded to W's type there first (unless the tile reads
- * f32 x), and for a product cut into `parts` parts of k (tensorTierParts) each part's chains after it, which
- * sumPartsKernel then adds in order to finish y.
+ * Runs `tile` on `a` in row chunks whose x, rounded to W's type, fits the workspace (none for the tiles that read
+ * f32 x), every output's chain cut as `split` says.
  */
-void runTile(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, int parts, void* workspace,
+void runTile(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, const KSplit& split, void* workspace,
              size_t workspace_bytes) {
     const bool f32x = tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x;
     if (f32x && (a.rows > 16 || tensorTierPacks(a.x, a.ldx, 1)))
         throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
-    // Workspace bytes per row: the packed x, then (256-byte aligned) the parts' sums.
-    const size_t xRow = f32x ? 0 : static_cast<size_t>(a.in) * 2;
-    const size_t sumRow = parts > 1 ? static_cast<size_t>(a.out) * parts * 4 : 0, align = parts > 1 ? 256 : 0;
     int64_t chunk = a.rows;
-    if (xRow + sumRow > 0) {
-        chunk = workspace_bytes > align ? static_cast<int64_t>((workspace_bytes - align) / (xRow + sumRow)) : 0;
-        if (!workspace || chunk < 1)
-            throw std::logic_error("gemm (tensor-core tier): no workspace for packed rows or the sums of parts");
+    if (!f32x) {
+        chunk = static_cast<int64_t>(workspace_bytes / (static_cast<size_t>(a.in) * 2));
+        if (!workspace || chunk < 1) throw std::logic_error("gemm (tensor-core tier): no workspace for packed rows");
     }
     for (int64_t r0 = 0; r0 < a.rows; r0 += chunk) {
         TcArgs b = a;
         b.x = a.x + r0 * a.ldx;
         b.y = a.y + r0 * a.ldy;
         b.rows = std::min(chunk, a.rows - r0);
-        KSplit split;
-        if (parts > 1) {
-            split.part = kSplitPart;
-            split.sums = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
-                                                  (static_cast<size_t>(b.rows) * xRow + 255) / 256 * 256);
-        }
         if (!f32x) rowsToLowp(ex, b.x, b.ldx, b.rows, b.in, workspace, wdtype);
         const void* xp = f32x ? nullptr : workspace;
         if (wdtype == DTYPE_BF16) launchTile<__nv_bfloat16>(ex, b, xp, tile, split);
         else launchTile<__half>(ex, b, xp, tile, split);
-        if (parts > 1)
-            launch("gemm (tensor-core tier, sum of parts)", ex, sumPartsKernel,
-                   dim3(static_cast<unsigned>(std::min<int64_t>((b.rows * b.out + 255) / 256, int64_t{ex.sms} * 8))),
-                   dim3(256), 0, b, static_cast<const float*>(split.sums), parts);
     }
 }
 
 }  // namespace
 
-int tensorTierParts(const Exec& ex, int out, int in) {
-    return ex.cc == 90 && out <= kSplitMaxOut && in >= 2 * kSplitPart ? (in + kSplitPart - 1) / kSplitPart : 1;
-}
+int tensorTierParts(const Exec& ex, int out, int in) { return tierSplit(ex, out, in).parts; }
 
 bool tensorTileRuns(const Exec& ex, TcTile tile) {
     return tile < TcTile::kTma128x256 || ex.cc == 90;
@@ -436,13 +428,12 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     if (!tensorTileRuns(ex, tile)) throw std::logic_error("gemm (tensor-core tier): this tile does not run on this device");
     const TcArgs a{x, ldx, rows, w, out, in, bias, y, ldy, beta};
     // A product split over k runs on the TMA tiles only, so that every row count of its weight gets the same sums.
-    const int parts = tensorTierParts(ex, out, in);
-    if (tile == TcTile::kAuto)
-        tile = parts > 1 ? (rows <= 64 ? TcTile::kFewRows : TcTile::kTma128x256)
-                         : pickTile(ex, rows, out, !tensorTierPacks(x, ldx, std::min<int64_t>(rows, 1)));
+    const KSplit split = tierSplit(ex, out, in);
+    const int parts = split.parts;
+    if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, in, parts, !tensorTierPacks(x, ldx, rows));
     if (parts > 1 && tile != TcTile::kFewRows && tile != TcTile::kTma128x256 && tile != TcTile::kFewRowsF32x)
         throw std::logic_error("gemm (tensor-core tier): a product split over k runs on the TMA tiles only");
-    runTile(ex, a, wdtype, tile, parts, workspace, workspace_bytes);
+    runTile(ex, a, wdtype, tile, split, workspace, workspace_bytes);
 }
 
 }  // namespace mamba::cuda

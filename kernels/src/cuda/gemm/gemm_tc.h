@@ -26,8 +26,9 @@ bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
 enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kFewRows, kFewRowsF32x, kCount };
 
 /**
- * Into how many parts of k every output's chain of this weight is cut on this device: 1, except on Hopper for narrow,
- * deep weights (≤ 256 outputs, ≥ 1,024 inputs: parts of 512). A function of the weight and the device alone.
+ * Into how many parts of k every output's chain of this weight is cut on this device: 1, except on Hopper for deep
+ * weights (more inputs than outputs, at least 1,024 inputs: 2, 4 or 8 parts, gemm_tc.cu's tierSplit). A function of
+ * the weight's shape and the device alone.
  */
 int tensorTierParts(const Exec& ex, int out, int in);
 
@@ -41,9 +42,10 @@ bool tensorTileRuns(const Exec& ex, TcTile tile);
  * The numeric contract: every output element is ONE chain of k16 tensor-core steps (mma.m16n8k16 / wgmma, the
  * same rounding) over k = 0, 16, 32, … (the last chunk zero-padded past `in`), starting from +0, then + bias, then
  * + beta·y — or, for a weight that tensorTierParts cuts into P parts, P such chains over consecutive parts of k,
- * added in part order, then + bias + beta·y. Tile shapes, the row count, the grid and the other rows never change
- * that, so a row's result is batch-invariant and the same in decode, prefill and forward. `workspace` (device memory, ≥ 2·in bytes) holds x rounded to W's type for the
- * packed tiles; the decode tiles (≤ 16 rows with 16-byte aligned rows) round x on chip instead.
+ * added in part order ((c₀ + c₁) + c₂ …, by the blocks of one cluster), then + bias + beta·y. Tile shapes, the row
+ * count, the grid and the other rows never change that, so a row's result is batch-invariant and the same in decode,
+ * prefill and forward. `workspace` (device memory, ≥ 2·in bytes) holds x rounded to W's type for the packed tiles;
+ * the decode tiles (≤ 16 rows with 16-byte aligned rows) round x on chip instead.
  */
 void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, const void* w, int wdtype, int out,
                     int in, const float* bias, float* y, int64_t ldy, float beta, void* workspace,

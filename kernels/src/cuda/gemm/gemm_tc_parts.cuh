@@ -71,13 +71,14 @@ struct TileLoad {
 };
 
 /**
- * A cut of every output's chain into parts of `part` elements of k (0: one chain over all of k). Part p's chains
- * (raw, before bias and beta) go to sums + p·rows·out, row-major with ld = out; the tier then adds the parts in
- * order and finishes each element (gemm_tc.cu).
+ * A cut of every output's chain into `parts` parts of `part` elements of k (parts = 1: one chain over all of k).
+ * The blocks of one output tile's parts form a thread-block cluster along y (blockIdx.y = the part); each block
+ * chains its part from +0 and leaves the raw sums in its shared memory, and the cluster adds them in part order
+ * through distributed shared memory before finishing each element — no global scratch, no second launch.
  */
 struct KSplit {
     int part = 0;
-    float* sums = nullptr;
+    int parts = 1;
 };
 
 /** The epilogue of every tile: acc (+ bias) (+ beta·y), in this order, for the element at column n, y at yp. */

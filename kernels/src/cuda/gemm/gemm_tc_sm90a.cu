@@ -20,6 +20,7 @@
 
 #include "mamba/mamba.h"
 
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -197,6 +198,54 @@ __device__ __forceinline__ void tmaLoad(uint32_t dst, const CUtensorMap& map, in
         : "memory");
 }
 
+// ---- the end of every tile: finishing elements, and adding a split's parts across the cluster ----
+
+/** y[m, n…n+3] = finishValue(v) for the columns inside the product, in one 16-byte store where y allows it. */
+__device__ __forceinline__ void finishFour(const TcArgs& a, int64_t m, int n, float4 v) {
+    float* yp = a.y + m * a.ldy + n;
+    const bool vec = n + 3 < a.out && (a.ldy & 3) == 0 && (reinterpret_cast<uintptr_t>(a.y) & 15) == 0;
+    const float e[4] = {v.x, v.y, v.z, v.w};
+    float o[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // (columns past the edge are neither read nor written)
+        o[i] = n + i >= a.out ? e[i] : finishValue(a, n + i, yp + i, e[i]);
+    if (vec) {
+        *reinterpret_cast<float4*>(yp) = make_float4(o[0], o[1], o[2], o[3]);
+    } else {
+        for (int i = 0; i < 4; ++i)
+            if (n + i < a.out) yp[i] = o[i];
+    }
+}
+
+/**
+ * The parts of a split product, added in part order: every block of the cluster has left its part's raw sums for
+ * one output tile at `mine` ([rows][ld] floats, the same offset in each block's shared memory); this block finishes
+ * the tile rows [rowBegin, rowEnd) of `cols` columns (a multiple of 4) from n0, tile row r being row m0 + r of y.
+ * Called by every thread of the block between two cluster barriers (the first makes the parts visible, the second
+ * keeps every block's shared memory alive until its readers are done).
+ */
+__device__ __forceinline__ void finishParts(const TcArgs& a, const KSplit& split, const float* mine, int ld, int cols,
+                                            int rowBegin, int rowEnd, int64_t m0, int n0) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int groups = cols / 4;
+    for (int i = static_cast<int>(threadIdx.x); i < (rowEnd - rowBegin) * groups; i += static_cast<int>(blockDim.x)) {
+        const int r = rowBegin + i / groups, c = (i % groups) * 4;
+        const int64_t m = m0 + r;
+        if (m >= a.rows || n0 + c >= a.out) continue;
+        const float* at = mine + r * ld + c;  // rank p of the cluster = blockIdx.y = part p
+        float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(at, 0));
+        for (int p = 1; p < split.parts; ++p) {
+            const float4 q = *reinterpret_cast<const float4*>(cluster.map_shared_rank(at, p));
+            v.x += q.x;
+            v.y += q.y;
+            v.z += q.z;
+            v.w += q.w;
+        }
+        finishFour(a, m, n0 + c, v);
+    }
+}
+
 constexpr int kOutLd = 256 + 8;  // floats per staged output row: conflict-free 8-byte fragment stores
 constexpr int kGroupM = 16;      // M tiles per group of the block order
 
@@ -225,8 +274,8 @@ __global__ void __launch_bounds__(384, 1)
     const int64_t m0 = static_cast<int64_t>(firstM + within % groupM) * L::BM;
     const int n0 = (within / groupM) * L::BN;
     // This block's part of k (blockIdx.y; the whole of k without a split).
-    const int kBegin = split.part ? static_cast<int>(blockIdx.y) * split.part : 0;
-    const int kEnd = split.part ? min(a.in, kBegin + split.part) : a.in;
+    const int kBegin = static_cast<int>(blockIdx.y) * split.part;
+    const int kEnd = split.parts > 1 ? min(a.in, kBegin + split.part) : a.in;
     const int KT = (kEnd - kBegin + BK - 1) / BK;
 
     if (threadIdx.x == 0) {
@@ -305,28 +354,25 @@ __global__ void __launch_bounds__(384, 1)
             }
         }
         asm volatile("bar.sync 1, 256;\n" ::: "memory");
-        const int t = threadIdx.x & 127, c4 = (t & 63) * 4;
-        const int n = n0 + c4;
-        // A split stores its part's raw chains; otherwise y is finished in place.
-        float* const dst = split.sums ? split.sums + static_cast<int64_t>(blockIdx.y) * a.rows * a.out : a.y;
-        const int64_t ld = split.sums ? a.out : a.ldy;
-        const bool vec = n + 3 < a.out && (ld & 3) == 0 && (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
-        for (int r = t >> 6; r < 64; r += 2) {
-            const int64_t m = m0 + cw * 64 + r;
-            if (m >= a.rows) break;
-            const float4 v = *reinterpret_cast<const float4*>(tile + r * kOutLd + c4);
-            float* yp = dst + m * ld + n;
-            const float e[4] = {v.x, v.y, v.z, v.w};
-            float o[4];
-            for (int i = 0; i < 4; ++i)  // (columns past the edge are neither read nor written)
-                o[i] = split.sums || n + i >= a.out ? e[i] : finishValue(a, n + i, yp + i, e[i]);
-            if (vec) {
-                *reinterpret_cast<float4*>(yp) = make_float4(o[0], o[1], o[2], o[3]);
-            } else {
-                for (int i = 0; i < 4; ++i)
-                    if (n + i < a.out) yp[i] = o[i];
+        if (split.parts == 1) {  // y finished in place, 16-byte runs per thread, 512-byte runs per warp
+            const int t = threadIdx.x & 127, c4 = (t & 63) * 4;
+            for (int r = t >> 6; r < 64; r += 2) {
+                const int64_t m = m0 + cw * 64 + r;
+                if (m >= a.rows) break;
+                if (n0 + c4 < a.out)
+                    finishFour(a, m, n0 + c4, *reinterpret_cast<const float4*>(tile + r * kOutLd + c4));
             }
         }
+    }
+    if (split.parts > 1) {  // every thread of the cluster: the parts' tiles added in order, a slice of rows each
+        namespace cg = cooperative_groups;
+        pdlWait();  // (for the producer warpgroup's threads, which had not waited)
+        cg::this_cluster().sync();
+        const float* mine = reinterpret_cast<const float*>(tc_smem + (base - smemAddr(tc_smem)));
+        const int rank = static_cast<int>(blockIdx.y);
+        finishParts(a, split, mine, kOutLd, L::BN, L::BM * rank / split.parts, L::BM * (rank + 1) / split.parts, m0,
+                    n0);
+        cg::this_cluster().sync();
     }
 }
 
@@ -366,8 +412,8 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
     const uint32_t fullBar = base + S * L::kStageBytes, emptyBar = fullBar + S * 8;
     const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x >> 5), 0);
     const int n0 = blockIdx.x * BN;
-    const int kBegin = split.part ? static_cast<int>(blockIdx.y) * split.part : 0;  // this block's part of k
-    const int kEnd = split.part ? min(a.in, kBegin + split.part) : a.in;
+    const int kBegin = static_cast<int>(blockIdx.y) * split.part;  // this block's part of k
+    const int kEnd = split.parts > 1 ? min(a.in, kBegin + split.part) : a.in;
     const int KT = (kEnd - kBegin + BK - 1) / BK;
     // Where TMA puts a stage's x: the A tile itself (16-bit x), or the f32 staging after the weights (F32X).
     constexpr uint32_t kXOffset = F32X ? L::kABytes + L::kBBytes : 0;
@@ -381,6 +427,10 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
     }
     __syncthreads();
 
+    const int lane = threadIdx.x & 31;
+    float acc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
     if (warp == 4) {
         if ((threadIdx.x & 31) == 0) {
             const int first = KT < S ? KT : S;
@@ -399,60 +449,77 @@ __global__ void __launch_bounds__(160, 2) fewRowsTierKernel(const __grid_constan
                 tmaLoad(base + s * L::kStageBytes + kXOffset, mapX, kBegin + kt * BK, 0, fullBar + 8 * s);
             }
         }
+    } else {
+        pdlWait();
+        pdlLaunchDependents();
+        for (int kt = 0; kt < KT; ++kt) {
+            const int s = kt % S;
+            mbarWait(fullBar + 8 * s, (kt / S) & 1);
+            if (F32X) {  // one 16-byte chunk of the A tile per thread: row r, k chunk c, at chunk position c ^ (r & 7)
+                const int t = threadIdx.x, r = t >> 3, c = t & 7;
+                if (r < xrows) {
+                    const float* src = reinterpret_cast<const float*>(gbase + s * L::kStageBytes + kXOffset) + r * BK + c * 8;
+                    const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
+                    const uint4 packed = make_uint4(packPair<T>(v0.x, v0.y), packPair<T>(v0.z, v0.w),
+                                                    packPair<T>(v1.x, v1.y), packPair<T>(v1.z, v1.w));
+                    *reinterpret_cast<uint4*>(gbase + s * L::kStageBytes + r * (BK * 2) + ((c ^ (r & 7)) << 4)) = packed;
+                }
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes, wgmma reads
+                asm volatile("bar.sync 1, 128;\n" ::: "memory");                 // the consumer warpgroup only
+            }
+            const uint64_t da = swizzled128(base + s * L::kStageBytes);
+            const uint64_t db = swizzled128(base + s * L::kStageBytes + L::kABytes);
+            const int chunks = min(KK, (kEnd - kBegin - kt * BK + 15) / 16);
+            wgmmaFence();
+            if (chunks == KK) {
+#pragma unroll
+                for (int kk = 0; kk < KK; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
+            } else {
+                for (int kk = 0; kk < chunks; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
+            }
+            wgmmaCommit();
+            wgmmaWait<1>();
+            if (kt > 0) {
+                __syncwarp();
+                if (lane == 0) mbarArrive(emptyBar + 8 * ((kt - 1) % S));
+            }
+        }
+        wgmmaWait<0>();
+        pinRegisters(acc);
+    }
+    // Fragment element e of column group j: row warp·16 + lane/4 (+ 8 for e ≥ 2), column 2·(lane % 4) + e % 2.
+    const int r0 = warp * 16 + (lane >> 2), c0 = (lane & 3) * 2;
+    if (split.parts == 1) {
+        if (warp == 4) return;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t m = r0 + (e >> 1) * 8;
+                const int n = n0 + c0 + j * 8 + (e & 1);
+                if (m < a.rows && n < a.out) finishElement(a, m, n, acc[j * 4 + e]);
+            }
         return;
     }
-    pdlWait();
-    pdlLaunchDependents();
-    const int lane = threadIdx.x & 31;
-    float acc[NACC];
+    // A split: this part's raw sums into the (now idle) stage memory as [64][kPartLd], then added across the
+    // cluster in part order, each block finishing a slice of the rows.
+    constexpr int kPartLd = BN + 4;
+    float* mine = reinterpret_cast<float*>(gbase);
+    if (warp < 4) {
 #pragma unroll
-    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
-    for (int kt = 0; kt < KT; ++kt) {
-        const int s = kt % S;
-        mbarWait(fullBar + 8 * s, (kt / S) & 1);
-        if (F32X) {  // one 16-byte chunk of the A tile per thread: row r, k chunk c, at chunk position c ^ (r & 7)
-            const int t = threadIdx.x, r = t >> 3, c = t & 7;
-            if (r < xrows) {
-                const float* src = reinterpret_cast<const float*>(gbase + s * L::kStageBytes + kXOffset) + r * BK + c * 8;
-                const float4 v0 = *reinterpret_cast<const float4*>(src), v1 = *reinterpret_cast<const float4*>(src + 4);
-                const uint4 packed = make_uint4(packPair<T>(v0.x, v0.y), packPair<T>(v0.z, v0.w),
-                                                packPair<T>(v1.x, v1.y), packPair<T>(v1.z, v1.w));
-                *reinterpret_cast<uint4*>(gbase + s * L::kStageBytes + r * (BK * 2) + ((c ^ (r & 7)) << 4)) = packed;
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + (e >> 1) * 8;
+                if (r < a.rows) mine[r * kPartLd + c0 + j * 8 + (e & 1)] = acc[j * 4 + e];
             }
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes, wgmma reads
-            asm volatile("bar.sync 1, 128;\n" ::: "memory");                 // the consumer warpgroup only
-        }
-        const uint64_t da = swizzled128(base + s * L::kStageBytes);
-        const uint64_t db = swizzled128(base + s * L::kStageBytes + L::kABytes);
-        const int chunks = min(KK, (kEnd - kBegin - kt * BK + 15) / 16);
-        wgmmaFence();
-        if (chunks == KK) {
-#pragma unroll
-            for (int kk = 0; kk < KK; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
-        } else {
-            for (int kk = 0; kk < chunks; ++kk) wgmma<T, BN>(acc, da + 2 * kk, db + 2 * kk);
-        }
-        wgmmaCommit();
-        wgmmaWait<1>();
-        if (kt > 0) {
-            __syncwarp();
-            if (lane == 0) mbarArrive(emptyBar + 8 * ((kt - 1) % S));
-        }
     }
-    wgmmaWait<0>();
-    pinRegisters(acc);
-    const int64_t r0 = warp * 16 + (lane >> 2);
-    const int c0 = n0 + (lane & 3) * 2;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t m = r0 + (e >> 1) * 8;
-            const int n = c0 + j * 8 + (e & 1);
-            if (m >= a.rows || n >= a.out) continue;
-            if (split.sums) split.sums[(static_cast<int64_t>(blockIdx.y) * a.rows + m) * a.out + n] = acc[j * 4 + e];
-            else finishElement(a, m, n, acc[j * 4 + e]);
-        }
+    namespace cg = cooperative_groups;
+    pdlWait();  // (for the producer warp, which waited in one lane only)
+    cg::this_cluster().sync();
+    const int rows = static_cast<int>(a.rows), rank = static_cast<int>(blockIdx.y);
+    finishParts(a, split, mine, kPartLd, BN, rows * rank / split.parts, rows * (rank + 1) / split.parts, 0, n0);
+    cg::this_cluster().sync();
 }
 
 /** cuTensorMapEncodeTiled from the driver (through the runtime: libmamba links no libcuda). */
@@ -491,8 +558,11 @@ CUtensorMap tensorMap16(const void* base, bool bf16, int64_t inner, int64_t rows
                      inner, boxRows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-/** Blocks along y: one per part of k. */
-unsigned partsOf(const TcArgs& a, const KSplit& split) { return split.part ? blocksFor(a.in, split.part) : 1; }
+/** The grid's y extent and the cluster: one block per part of k, the parts of a tile in one cluster. */
+dim3 partsCluster(const KSplit& split) {
+    if (split.parts < 1 || split.parts > 8) throw std::logic_error("gemm (tensor-core tier): 1 to 8 parts of k");
+    return dim3(1, static_cast<unsigned>(split.parts), 1);
+}
 
 template <typename T>
 void launchTma(const Exec& ex, const TcArgs& a, const void* xp, const KSplit& split) {
@@ -508,8 +578,9 @@ void launchTma(const Exec& ex, const TcArgs& a, const void* xp, const KSplit& sp
     const CUtensorMap mapW = tensorMap16(a.w, bf16, a.in, a.out, L::BN);
     const unsigned mt = blocksFor(a.rows, L::BM), nt = blocksFor(a.out, L::BN);
     if (static_cast<uint64_t>(mt) * nt > 0x7fffffffu) throw std::runtime_error("gemm (tensor-core tier, TMA): too many tiles");
-    launch("gemm (tensor-core tier, TMA)", ex, kernel, dim3(mt * nt, partsOf(a, split)), dim3(L::kThreads), L::kSmem,
-           mapX, mapW, a, static_cast<int>(nt), split);
+    const dim3 cluster = partsCluster(split);
+    launchClustered("gemm (tensor-core tier, TMA)", ex, kernel, dim3(mt * nt, cluster.y), dim3(L::kThreads), L::kSmem,
+                    cluster, mapX, mapW, a, static_cast<int>(nt), split);
 }
 
 template <typename T, int BN, int S, bool F32X>
@@ -526,22 +597,28 @@ void launchFewRows(const Exec& ex, const TcArgs& a, const void* xp, const KSplit
                                               CU_TENSOR_MAP_SWIZZLE_NONE)
                                   : tensorMap16(xp, bf16, a.in, a.rows, xrows);
     const CUtensorMap mapW = tensorMap16(a.w, bf16, a.in, a.out, BN);
-    launch("gemm (tensor-core tier, few rows)", ex, kernel, dim3(blocksFor(a.out, BN), partsOf(a, split)),
-           dim3(L::kThreads), L::kSmem, mapX, mapW, a, static_cast<uint32_t>(xrows * L::BK * (F32X ? 4 : 2)), xrows,
-           split);
+    const dim3 cluster = partsCluster(split);
+    launchClustered("gemm (tensor-core tier, few rows)", ex, kernel, dim3(blocksFor(a.out, BN), cluster.y),
+                    dim3(L::kThreads), L::kSmem, cluster, mapX, mapW, a,
+                    static_cast<uint32_t>(xrows * L::BK * (F32X ? 4 : 2)), xrows, split);
+}
+
+/** Whether the few-rows tile's 64-column blocks (one per part of k) reach a block per SM. */
+bool wide(const Exec& ex, const TcArgs& a, const KSplit& split) {
+    return static_cast<int64_t>(blocksFor(a.out, 64)) * split.parts >= ex.sms;
 }
 
 template <typename T>
 void launchWgTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile, const KSplit& split) {
     switch (tile) {
         case TcTile::kTma128x256: launchTma<T>(ex, a, xp, split); break;
-        case TcTile::kFewRows:  // BN from the width: about a block per SM or more
+        case TcTile::kFewRows:  // BN from the width and the parts: 64 once those blocks fill the GPU, else 32
             if (a.rows > 64) throw std::logic_error("gemm (tensor-core tier): the few-rows tile takes ≤ 64 rows");
-            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 6, false>(ex, a, xp, split);
+            if (wide(ex, a, split)) launchFewRows<T, 64, 6, false>(ex, a, xp, split);
             else launchFewRows<T, 32, 8, false>(ex, a, xp, split);
             break;
         case TcTile::kFewRowsF32x:  // the same with f32 x read directly (≤ 16 rows; fewer stages fit)
-            if (a.out >= 64 * ex.sms) launchFewRows<T, 64, 5, true>(ex, a, nullptr, split);
+            if (wide(ex, a, split)) launchFewRows<T, 64, 5, true>(ex, a, nullptr, split);
             else launchFewRows<T, 32, 6, true>(ex, a, nullptr, split);
             break;
         default: throw std::logic_error("gemm (tensor-core tier): not a wgmma tile");

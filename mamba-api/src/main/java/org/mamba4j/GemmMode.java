@@ -20,13 +20,14 @@ public enum GemmMode {
      *   <li><b>tensor-core tier</b> (CUDA, {@link DType#BF16} / {@link DType#F16} weights): the activations are
      *       rounded to the weight type, and every output is one chain of tensor-core instructions over 16-wide
      *       slices of the input in ascending order, accumulated in f32 — no split-K chosen from the call's shape, no
-     *       shape-dependent algorithm (on Hopper a narrow, deep weight such as x_proj has its input cut into fixed
-     *       parts of 512, a rule of the weight alone, whose chains are added in order).
-     *       Its numbers are those of a bf16/f16 GEMM with f32 accumulation (not bit-equal to cuBLAS, whose
-     *       summation order is its own). On Hopper it runs TMA-fed wgmma tiles (bit-equal to the mma.sync tiles of
-     *       other GPUs). Speed on an H200: 0.83–0.95× cuBLAS on prefill/training products of 4,096+ rows (d_model ≥
-     *       768), 0.7–0.95× on wide decode products of ≤ 64 rows, 0.4–0.6× on narrow, deep ones (no split-K is
-     *       allowed); see docs/benchmarks.md.</li>
+     *       shape-dependent algorithm (on Hopper a deep weight — more inputs than outputs, such as x_proj and
+     *       out_proj — has its input cut into 2, 4 or 8 fixed parts, a rule of the weight's shape alone, whose chains
+     *       are added in part order). Its numbers are those of a bf16/f16 GEMM with f32 accumulation (not bit-equal
+     *       to cuBLAS, whose summation order is its own). On Hopper it runs TMA-fed wgmma tiles, bit-equal to the
+     *       mma.sync tiles of other GPUs except where the cut into parts (Hopper only) changes the order. Speed on an
+     *       H200 (2026-12-04): 0.77–0.95× cuBLAS on the in_proj/out_proj products of 4,096+ rows (d_model ≥ 768),
+     *       0.5–0.85× on the narrow x_proj/dt_proj ones; at ≤ 64 rows 0.6–0.9× on wide products and 1.0–1.2× on
+     *       x_proj; see docs/benchmarks.md.</li>
      *   <li><b>scalar tier</b> (the CPU, and CUDA {@link DType#F32} / {@link DType#TF32} weights): f32 FMA in a
      *       fixed order, exact f32 (TF32 storage is not rounded to TF32 here). On the CPU an 8-lane order, bit-equal
      *       to a plain scalar reference; on CUDA our batch-invariant GEMV, 8 rows per weight pass — as fast as the
