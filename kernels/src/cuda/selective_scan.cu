@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace mamba::cuda {
 namespace {
@@ -120,10 +121,8 @@ __device__ __forceinline__ float stepOutput(float (&h)[NS], const float (&a2)[NS
     return acc;
 }
 
-// G > 1: the grouped walk (kWhole, no fused dt, no checkpoints: DETERMINISTIC prefill).
-template <int NS, bool FUSE, bool CKPT, bool VEC, int G = 1>
+template <int NS, bool FUSE, bool CKPT, bool VEC>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
-    static_assert(G == 1 || (!FUSE && !CKPT), "the grouped walk is the plain whole-sequence scan");
     const ScanArgs& s = k.s;
     const int S = k.lanes;
     const int per_block = kThreads / S;
@@ -162,87 +161,212 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     float* ck = nullptr;
     int ck_left = 0;  // steps until the next checkpoint
     if constexpr (CKPT) ck = k.ckpt + static_cast<int64_t>(b) * k.ck_chunks * E * N + static_cast<int64_t>(d) * N;
-    if constexpr (G > 1) {
-        // Few threads walking many steps (a one-row DETERMINISTIC prefill: B·channels·4 lanes, well under a GPU-full):
-        // the inputs of G steps are loaded together before their updates, so the walk waits for memory about T / G
-        // times instead of T times; the arithmetic is the one-step loop's, step by step (the same bits).
-        for (int tg = t0; tg < t1; tg += G) {
-            float dtv[G], uv[G], zv[G], bv[G][NS], cv[G][NS];
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                if (tg + g >= t1) break;
-                const int64_t r = r0 + tg + g;
-                dtv[g] = s.dt[r * E + d];
-                uv[g] = s.u[r * E + d];
-                zv[g] = s.z[r * s.ldz + d];
-                const float* Bt = s.bc + r * s.ldbc;
-                loadFloats<NS, VEC>(Bt + n0, bv[g], N - n0);
-                loadFloats<NS, VEC>(Bt + N + n0, cv[g], N - n0);
-            }
-#pragma unroll
-            for (int g = 0; g < G; ++g) {
-                if (tg + g >= t1) break;
-                const int64_t r = r0 + tg + g;
-                const float delta = softplusf(dtv[g]);
-                const float acc = stepOutput(h, a2, delta, delta * uv[g], bv[g], cv[g], n0, N, S);
-                if (active && lane == 0) s.out[r * E + d] = (acc + dskip * uv[g]) * siluf(zv[g]);
-            }
+    // The next step's per-channel inputs are loaded one step ahead (they do not depend on h).
+    float dt_next = 0.f, u_next = 0.f, z_next = 0.f;
+    if (t0 < t1) {
+        if (!FUSE) dt_next = s.dt[(r0 + t0) * E + d];
+        u_next = s.u[(r0 + t0) * E + d];
+        if (k.mode != kChunkLocal) z_next = s.z[(r0 + t0) * s.ldz + d];
+    }
+    for (int t = t0; t < t1; ++t) {
+        const int64_t r = r0 + t;
+        float dt_raw = dt_next;
+        const float u = u_next, z = z_next;
+        if (t + 1 < t1) {
+            if (!FUSE) dt_next = s.dt[(r + 1) * E + d];
+            u_next = s.u[(r + 1) * E + d];
+            if (k.mode != kChunkLocal) z_next = s.z[(r + 1) * s.ldz + d];
         }
-    } else {
-        // The next step's per-channel inputs are loaded one step ahead (they do not depend on h).
-        float dt_next = 0.f, u_next = 0.f, z_next = 0.f;
-        if (t0 < t1) {
-            if (!FUSE) dt_next = s.dt[(r0 + t0) * E + d];
-            u_next = s.u[(r0 + t0) * E + d];
-            if (k.mode != kChunkLocal) z_next = s.z[(r0 + t0) * s.ldz + d];
-        }
-        for (int t = t0; t < t1; ++t) {
-            const int64_t r = r0 + t;
-            float dt_raw = dt_next;
-            const float u = u_next, z = z_next;
-            if (t + 1 < t1) {
-                if (!FUSE) dt_next = s.dt[(r + 1) * E + d];
-                u_next = s.u[(r + 1) * E + d];
-                if (k.mode != kChunkLocal) z_next = s.z[(r + 1) * s.ldz + d];
-            }
-            if constexpr (CKPT) {
-                if (ck_left == 0) {
-                    if (active)
+        if constexpr (CKPT) {
+            if (ck_left == 0) {
+                if (active)
 #pragma unroll
-                        for (int i = 0; i < NS; ++i)
-                            if (n0 + i < N) ck[n0 + i] = h[i];
-                    ck += static_cast<int64_t>(E) * N;
-                    ck_left = k.ck_chunk;
-                }
-                --ck_left;
+                    for (int i = 0; i < NS; ++i)
+                        if (n0 + i < N) ck[n0 + i] = h[i];
+                ck += static_cast<int64_t>(E) * N;
+                ck_left = k.ck_chunk;
             }
-            if constexpr (FUSE) {
-                dt_raw = projectDt(k.dt, r, d, lane, S);
-                if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the separate product would have written
-            }
-            const float delta = softplusf(dt_raw);
-            const float du = delta * u;
-            const float* Bt = s.bc + r * s.ldbc;
-            float bv[NS];
-            loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
-            if (k.mode == kChunkLocal) {
-                dsum += delta;
-#pragma unroll
-                for (int i = 0; i < NS; ++i)
-                    if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
-                continue;
-            }
-            float cv[NS];
-            loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
-            const float acc = stepOutput(h, a2, delta, du, bv, cv, n0, N, S);
-            if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
+            --ck_left;
         }
+        if constexpr (FUSE) {
+            dt_raw = projectDt(k.dt, r, d, lane, S);
+            if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the separate product would have written
+        }
+        const float delta = softplusf(dt_raw);
+        const float du = delta * u;
+        const float* Bt = s.bc + r * s.ldbc;
+        float bv[NS];
+        loadFloats<NS, VEC>(Bt + n0, bv, N - n0);
+        if (k.mode == kChunkLocal) {
+            dsum += delta;
+#pragma unroll
+            for (int i = 0; i < NS; ++i)
+                if (n0 + i < N) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
+            continue;
+        }
+        float cv[NS];
+        loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
+        const float acc = stepOutput(h, a2, delta, du, bv, cv, n0, N, S);
+        if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
     }
     if (!active || k.mode == kChunkOutput) return;
 #pragma unroll
     for (int i = 0; i < NS; ++i)
         if (n0 + i < N) hsrc[n0 + i] = h[i];
     if (k.mode == kChunkLocal && lane == 0) k.ws_sum[ws_row] = dsum;
+}
+
+/** cp.async of one float (4-byte copies: the per-step records are not 16-byte aligned in general). */
+__device__ __forceinline__ void copyFloatAsync(float* dst, const float* src) {
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+
+constexpr int kWalkStages = 3;               // tiles of steps in flight: the one walked and two loading
+constexpr int kWalkStageFloats = 4096;       // one tile: 16 KB, so the three fit the default 48 KB
+
+/** Steps per tile of the staged walk: a step's record is dt, u, z of the block's channels, then B and C. */
+__host__ __device__ inline int walkTileSteps(int per_block, int N) {
+    const int l = kWalkStageFloats / (3 * per_block + 2 * N);
+    return l < 1 ? 1 : l > 64 ? 64 : l;
+}
+
+/**
+ * The whole-sequence walk of the narrow layout when few threads walk many steps (a one-row DETERMINISTIC
+ * prefill: B·channels·4 lanes, under two GPU-fulls): the block copies tiles of L steps' inputs — dt, u and z of
+ * its channels and the row's B and C, which all its channels share — into shared memory by cp.async, kWalkStages
+ * tiles ahead, so the walk reads every step from shared memory instead of waiting for global memory; softplus(dt)
+ * and SiLU(z) are computed for a whole tile in parallel before the walk, which then does little more than the
+ * recurrence. The arithmetic is scanKernel's, step by step (stepOutput, the same bits as decode). S (lanes per
+ * channel) is a template argument so that the lane sums unroll and steps of the walk interleave.
+ */
+template <int S, bool FULL>
+__global__ void __launch_bounds__(kThreads) scanWalkStaged(ScanKernelArgs k) {
+    constexpr int NS = 4, per_block = kThreads / S;
+    extern __shared__ float stage[];
+    const ScanArgs& s = k.s;
+    const int E = s.channels;
+    const int N = FULL ? S * NS : s.d_state;  // FULL: every lane holds NS states, so no guards survive compilation
+    const int ch_blocks = (E + per_block - 1) / per_block;
+    const int b = static_cast<int>(blockIdx.x / ch_blocks);
+    const int d0 = static_cast<int>(blockIdx.x % ch_blocks) * per_block;
+    const int local = static_cast<int>(threadIdx.x) / S;
+    const bool active = d0 + local < E;
+    const int d = active ? d0 + local : E - 1;  // idle lanes still join the shuffles
+    const int lane = threadIdx.x % S, n0 = lane * NS;
+    const int W = 3 * per_block + 2 * N;        // floats of one step's record
+    const int L = walkTileSteps(per_block, N);
+    const int tiles = (s.steps + L - 1) / L;
+    const int64_t r0 = static_cast<int64_t>(b) * s.steps;
+
+    float a2[NS], h[NS];
+#pragma unroll
+    for (int i = 0; i < NS; ++i) a2[i] = n0 + i < N ? s.a[static_cast<int64_t>(d) * N + n0 + i] * kLog2e : 0.f;
+    const float dskip = s.d_skip[d];
+    pdlWait();
+    pdlLaunchDependents();
+    float* hp = s.h + b * s.h_stride + static_cast<int64_t>(d) * N;
+#pragma unroll
+    for (int i = 0; i < NS; ++i) h[i] = n0 + i < N ? hp[n0 + i] : 0.f;
+
+    // Each thread copies the same columns of every step's record (column w = threadIdx.x + c·kThreads): where the
+    // column's value of step r lives is src + r·stride, worked out once here; channels past E read as 0.
+    constexpr int kCols = 4;  // ⌈W / kThreads⌉ for every S and N this walk takes (W ≤ 3·128 + 8)
+    const float* colSrc[kCols];
+    int64_t colStride[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+        const int w = threadIdx.x + c * kThreads;
+        colSrc[c] = nullptr;
+        colStride[c] = 0;
+        if (w < 3 * per_block) {
+            const int which = w / per_block, ch = d0 + w - which * per_block;
+            if (ch < E) {
+                colSrc[c] = (which == 0 ? s.dt : which == 1 ? s.u : s.z) + r0 * (which == 2 ? s.ldz : E) + ch;
+                colStride[c] = which == 2 ? s.ldz : E;
+            }
+        } else if (w < W) {
+            colSrc[c] = s.bc + r0 * s.ldbc + (w - 3 * per_block);
+            colStride[c] = s.ldbc;
+        }
+    }
+    // Tile t of the steps into stage buffer t % kWalkStages.
+    auto load = [&](int t) {
+        float* dst = stage + (t % kWalkStages) * L * W;
+        const int steps = min(L, s.steps - t * L);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int w = threadIdx.x + c * kThreads;
+            if (w >= W) break;
+            if (!colSrc[c]) {
+                for (int j = 0; j < steps; ++j) dst[j * W + w] = 0.f;
+                continue;
+            }
+            const float* src = colSrc[c] + static_cast<int64_t>(t) * L * colStride[c];
+#pragma unroll 4
+            for (int j = 0; j < steps; ++j) copyFloatAsync(dst + j * W + w, src + j * colStride[c]);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    for (int t = 0; t < kWalkStages - 1; ++t) {
+        if (t < tiles) load(t);
+        else asm volatile("cp.async.commit_group;\n" ::);  // empty groups keep the wait count uniform
+    }
+    for (int t = 0; t < tiles; ++t) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(kWalkStages - 2));
+        __syncthreads();  // tile t is in; every thread is done with the buffer the next load overwrites
+        if (t + kWalkStages - 1 < tiles) load(t + kWalkStages - 1);
+        else asm volatile("cp.async.commit_group;\n" ::);
+        float* tile = stage + (t % kWalkStages) * L * W;
+        const int steps = min(L, s.steps - t * L);
+        // What does not depend on h, once per (step, channel) and in parallel — not once per lane inside the walk:
+        // dt becomes Δ = softplus(dt), z becomes SiLU(z).
+#pragma unroll 4
+        for (int e = threadIdx.x; e < steps * per_block; e += kThreads) {
+            float* rec = tile + (e / per_block) * W + e % per_block;
+            rec[0] = softplusf(rec[0]);
+            rec[2 * per_block] = siluf(rec[2 * per_block]);
+        }
+        __syncthreads();
+        // G steps at a time: every load of the group, then the G updates, then the G outputs (over Δ's slot, by
+        // every lane of the channel: the same value) — loads ahead of stores, so the steps' work can interleave.
+        constexpr int G = 8;
+        auto walk = [&](int j0, auto group) {
+            constexpr int n = decltype(group)::value;
+            float delta[n], u[n], gate[n], bv[n][NS], cv[n][NS], y[n];
+#pragma unroll
+            for (int g = 0; g < n; ++g) {
+                const float* rec = tile + (j0 + g) * W;
+                delta[g] = rec[local];
+                u[g] = rec[per_block + local];
+                gate[g] = rec[2 * per_block + local];
+#pragma unroll
+                for (int i = 0; i < NS; ++i) {
+                    bv[g][i] = n0 + i < N ? rec[3 * per_block + n0 + i] : 0.f;
+                    cv[g][i] = n0 + i < N ? rec[3 * per_block + N + n0 + i] : 0.f;
+                }
+            }
+#pragma unroll
+            for (int g = 0; g < n; ++g) {
+                const float acc = stepOutput(h, a2, delta[g], delta[g] * u[g], bv[g], cv[g], n0, N, S);
+                y[g] = (acc + dskip * u[g]) * gate[g];
+            }
+#pragma unroll
+            for (int g = 0; g < n; ++g) tile[(j0 + g) * W + local] = y[g];
+        };
+        int j0 = 0;
+        for (; j0 + G <= steps; j0 += G) walk(j0, std::integral_constant<int, G>{});
+        for (; j0 < steps; ++j0) walk(j0, std::integral_constant<int, 1>{});
+        __syncthreads();
+        for (int e = threadIdx.x; e < steps * per_block; e += kThreads) {  // the tile's outputs, coalesced
+            const int j = e / per_block, c = e % per_block;
+            if (d0 + c < E) s.out[(r0 + static_cast<int64_t>(t) * L + j) * E + d0 + c] = tile[j * W + c];
+        }
+    }
+    if (!active) return;
+#pragma unroll
+    for (int i = 0; i < NS; ++i)
+        if (n0 + i < N) hp[n0 + i] = h[i];
 }
 
 // Phase 2: one thread per (row, channel, state) walks the chunks in order, eight chunks' loads at a time.
@@ -290,17 +414,39 @@ void lanesFor(int N, bool wide, int* ns, int* lanes) {
 
 enum class Variant { Plain, FusedDt, Checkpoints };
 
-constexpr int kScanGroup = 8;  // steps per load group of the grouped walk
+constexpr int kWalkMinSteps = 16;  // the staged walk from this many steps
+
+template <int S>
+void launchWalkS(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid, dim3 block) {
+    constexpr int per_block = kThreads / S;
+    const int N = k.s.d_state;
+    const size_t smem = sizeof(float) * kWalkStages * walkTileSteps(per_block, N) * (3 * per_block + 2 * N);
+    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true>, grid, block, smem, k);
+    else launch(name, ex, scanWalkStaged<S, false>, grid, block, smem, k);
+}
+
+void launchWalk(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid, dim3 block) {
+    switch (k.lanes) {
+        case 1: launchWalkS<1>(name, ex, k, grid, block); break;
+        case 2: launchWalkS<2>(name, ex, k, grid, block); break;
+        case 4: launchWalkS<4>(name, ex, k, grid, block); break;
+        case 8: launchWalkS<8>(name, ex, k, grid, block); break;
+        case 16: launchWalkS<16>(name, ex, k, grid, block); break;
+        case 32: launchWalkS<32>(name, ex, k, grid, block); break;
+        default: throw std::logic_error("selectiveScan: the staged walk takes 1 … 32 lanes per channel");
+    }
+}
 
 template <int NS, bool VEC>
 void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant v, dim3 grid, dim3 block) {
     switch (v) {
         case Variant::Plain:
             // A whole-sequence walk in the narrow layout that leaves most of the GPU idle is bound by each step's
-            // load latency: the grouped walk (H200: the one-row DETERMINISTIC prefill's scan 3.50 -> 2.06 ms).
+            // load latency: the staged walk (H200: the one-row DETERMINISTIC prefill's scan 3.50 ms one step at a
+            // time, 2.06 ms with eight steps' loads grouped in registers, the staged walk: benchmarks.md).
             if constexpr (NS == 4) {
-                if (k.mode == kWhole && k.s.steps >= 2 * kScanGroup && grid.x < static_cast<unsigned>(ex.sms) * 2) {
-                    launch(name, ex, scanKernel<NS, false, false, VEC, kScanGroup>, grid, block, 0, k);
+                if (k.mode == kWhole && k.s.steps >= kWalkMinSteps && grid.x < static_cast<unsigned>(ex.sms) * 2) {
+                    launchWalk(name, ex, k, grid, block);
                     break;
                 }
             }

@@ -1853,9 +1853,14 @@ std::vector<Case> allCases() {
         add("selectiveScanBackward", format("B=2 T=203 C=72 N=16 ckpt/%d aligned rows", ck), DTYPE_F32, "-", NEED_TRAINING,
             false, [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 203, 72, 16, ck, false, true); });
     }
-    for (int T : {7, 40, 200, 203})  // below and above the wide layout's 32 steps, the chunked scan's minimum, the load groups
+    for (int T : {7, 40, 200, 203})  // below and above the staged walk's 16 steps, the wide layout's 32, the chunked scan's minimum
         add("det.steps.selectiveScan", format("B=3 T=%d C=72 N=16 shape-independent: = T steps = row alone", T), DTYPE_F32,
             "det", NEED_NONE, false, [=](Ops& o, uint64_t s) { return scanShapeIndependentCase(o, s, 3, T, 72, 16); });
+    // the staged walk (few blocks, ≥ 16 steps) with other state sizes: a last lane with 1 of 4 states (N = 5), 8 and 4
+    // channels per block (N = 64, 128; 15-step tiles at 128), a last block with idle channels (C = 37)
+    for (int N : {5, 64, 128})
+        add("det.steps.selectiveScan", format("B=2 T=70 C=37 N=%d shape-independent: = T steps = row alone", N), DTYPE_F32,
+            "det", NEED_NONE, false, [=](Ops& o, uint64_t s) { return scanShapeIndependentCase(o, s, 2, 70, 37, N); });
     for (int T : {2, 7, 64})
         add("selectiveScan.split", format("B=2 T=%d as %d+%d C=72 N=16 h carried", T, T / 2, T - T / 2), DTYPE_F32, "-", NEED_NONE,
             false, [=](Ops& o, uint64_t s) { return scanSplitCase(o, s, 2, T, 72, 16); });
