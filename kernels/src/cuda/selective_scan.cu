@@ -12,7 +12,9 @@
 // exp is exp2 of Δ·A·log2(e) (A pre-scaled once per thread); y is reduced across the S lanes by shuffles.
 //
 // Sequential: each group walks t = 0 … T-1 with h in registers; h is read from and written back to the
-// state. Ideal for decode (T = 1) and whenever B·channels·S threads already fill the GPU.
+// state. Ideal for decode (T = 1) and whenever B·channels·S threads already fill the GPU. When they do not and the
+// walk is long (a DETERMINISTIC prefill of few rows, which may not chunk), scanWalkStaged walks from tiles of steps
+// staged in shared memory — the same arithmetic.
 //
 // Chunked (T ≥ kScanChunkedMinSteps and the sequential grid would leave the GPU mostly idle): T is split
 // into C chunks so that about two GPU-fulls of threads run. Because the recurrence is linear,
@@ -441,9 +443,10 @@ template <int NS, bool VEC>
 void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant v, dim3 grid, dim3 block) {
     switch (v) {
         case Variant::Plain:
-            // A whole-sequence walk in the narrow layout that leaves most of the GPU idle is bound by each step's
-            // load latency: the staged walk (H200: the one-row DETERMINISTIC prefill's scan 3.50 ms one step at a
-            // time, 2.06 ms with eight steps' loads grouped in registers, the staged walk: benchmarks.md).
+            // A whole-sequence walk in the narrow layout that leaves most of the GPU idle (one warp per SM
+            // partition) is bound by each step's latency: the staged walk. H200, the one-row DETERMINISTIC prefill
+            // of the 370m shape (op case "det prefill", T = 4,096): this loop 3.50 ms, eight steps' loads grouped in
+            // registers 2.06 ms, the staged walk 0.63 ms.
             if constexpr (NS == 4) {
                 if (k.mode == kWhole && k.s.steps >= kWalkMinSteps && grid.x < static_cast<unsigned>(ex.sms) * 2) {
                     launchWalk(name, ex, k, grid, block);
