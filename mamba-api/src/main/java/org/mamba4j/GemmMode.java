@@ -40,9 +40,10 @@ public enum GemmMode {
      * scan equals its decode steps bit for bit and does not depend on the batch. Mamba-3's CUDA prefill still uses
      * its chunked kernels for 32 steps and more: equal to its steps to f32 rounding, not bit for bit.
      *
-     * <p>The cost on an H200 (BF16, graphs): a one-row decode step takes 1.75–2.4× the fast mode's (no fusions, and
-     * narrow products without split-K), a long Mamba-1 prefill 4–9× (the sequential scan); at 8 rows decode it is
-     * the faster mode. Not the default for that reason.
+     * <p>The cost on an H200 (BF16, graphs, 2026-12-04): a one-row decode step takes 1.2–2.1× the fast mode's (no
+     * fusions, and the tensor-core tier where the fast mode has its own GEMV), a 4,096-token Mamba-1 prefill 2.3×
+     * (the sequential scan); batched decode (8–64 rows) is within 10% of the fast mode, and faster than it for the
+     * 1.4b and 2.8b shapes. Not the default for the one-row and prefill costs.
      */
     DETERMINISTIC(0),
     /**
