@@ -235,15 +235,15 @@ __host__ __device__ inline int walkTileSteps(int per_block, int N) {
 
 /**
  * The whole-sequence walk of the narrow layout when few threads walk many steps (a one-row DETERMINISTIC
- * prefill: B·channels·4 lanes, under two GPU-fulls): the block copies tiles of L steps' inputs — dt, u and z of
- * its channels and the row's B and C, which all its channels share — into shared memory by cp.async, kWalkStages
- * tiles ahead, so the walk reads every step from shared memory instead of waiting for global memory; softplus(dt)
- * and SiLU(z) are computed for a whole tile in parallel before the walk, which then does little more than the
- * recurrence. The arithmetic is scanKernel's, step by step (stepOutput, the same bits as decode). S (lanes per
- * channel) is a template argument so that the lane sums unroll and steps of the walk interleave.
+ * prefill: B·channels·4 lanes, under two GPU-fulls). Two roles per block: four walker warps hold the states and do
+ * little more than the recurrence, reading every step from shared memory; four copier warps copy tiles of L steps'
+ * inputs — dt, u and z of the block's channels and the row's B and C, which all its channels share — by cp.async
+ * kWalkStages tiles ahead, compute softplus(dt) and SiLU(z) once per (step, channel), and store the outputs a tile
+ * at a time, coalesced. The arithmetic is scanKernel's, step by step (stepOutput, the same bits as decode). S (lanes
+ * per channel) is a template argument so that the lane sums unroll and steps of the walk interleave.
  */
 template <int S, bool FULL>
-__global__ void __launch_bounds__(kThreads) scanWalkStaged(ScanKernelArgs k) {
+__global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k) {
     constexpr int NS = 4, per_block = kThreads / S;
     extern __shared__ float stage[];
     const ScanArgs& s = k.s;
@@ -252,10 +252,12 @@ __global__ void __launch_bounds__(kThreads) scanWalkStaged(ScanKernelArgs k) {
     const int ch_blocks = (E + per_block - 1) / per_block;
     const int b = static_cast<int>(blockIdx.x / ch_blocks);
     const int d0 = static_cast<int>(blockIdx.x % ch_blocks) * per_block;
-    const int local = static_cast<int>(threadIdx.x) / S;
+    const bool walker = threadIdx.x < kThreads;  // warps 0-3 walk; warps 4-7 copy, prepare and store
+    const int tid = static_cast<int>(threadIdx.x) % kThreads;
+    const int local = tid / S;
     const bool active = d0 + local < E;
     const int d = active ? d0 + local : E - 1;  // idle lanes still join the shuffles
-    const int lane = threadIdx.x % S, n0 = lane * NS;
+    const int lane = tid % S, n0 = lane * NS;
     const int W = 3 * per_block + 2 * N;        // floats of one step's record
     const int L = walkTileSteps(per_block, N);
     const int tiles = (s.steps + L - 1) / L;
@@ -268,17 +270,18 @@ __global__ void __launch_bounds__(kThreads) scanWalkStaged(ScanKernelArgs k) {
     pdlWait();
     pdlLaunchDependents();
     float* hp = s.h + b * s.h_stride + static_cast<int64_t>(d) * N;
+    if (walker)
 #pragma unroll
-    for (int i = 0; i < NS; ++i) h[i] = n0 + i < N ? hp[n0 + i] : 0.f;
+        for (int i = 0; i < NS; ++i) h[i] = n0 + i < N ? hp[n0 + i] : 0.f;
 
-    // Each thread copies the same columns of every step's record (column w = threadIdx.x + c·kThreads): where the
-    // column's value of step r lives is src + r·stride, worked out once here; channels past E read as 0.
+    // A copier copies the same columns of every step's record (column w = tid + c·kThreads): where the column's
+    // value of step r lives is src + r·stride, worked out once here; channels past E read as 0.
     constexpr int kCols = 4;  // ⌈W / kThreads⌉ for every S and N this walk takes (W ≤ 3·128 + 8)
     const float* colSrc[kCols];
     int64_t colStride[kCols];
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
-        const int w = threadIdx.x + c * kThreads;
+        const int w = tid + c * kThreads;
         colSrc[c] = nullptr;
         colStride[c] = 0;
         if (w < 3 * per_block) {
@@ -292,78 +295,103 @@ __global__ void __launch_bounds__(kThreads) scanWalkStaged(ScanKernelArgs k) {
             colStride[c] = s.ldbc;
         }
     }
-    // Tile t of the steps into stage buffer t % kWalkStages.
+    auto buffer = [&](int t) { return stage + (t % kWalkStages) * L * W; };
+    auto stepsOf = [&](int t) { return min(L, s.steps - t * L); };
+    auto copiersSync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads)); };
+    // Tile t of the steps into its stage buffer (one cp.async group per tile, empty past the last tile).
     auto load = [&](int t) {
-        float* dst = stage + (t % kWalkStages) * L * W;
-        const int steps = min(L, s.steps - t * L);
+        if (t < tiles) {
+            float* dst = buffer(t);
+            const int steps = stepsOf(t);
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int w = threadIdx.x + c * kThreads;
-            if (w >= W) break;
-            if (!colSrc[c]) {
-                for (int j = 0; j < steps; ++j) dst[j * W + w] = 0.f;
-                continue;
-            }
-            const float* src = colSrc[c] + static_cast<int64_t>(t) * L * colStride[c];
+            for (int c = 0; c < kCols; ++c) {
+                const int w = tid + c * kThreads;
+                if (w >= W) break;
+                if (!colSrc[c]) {
+                    for (int j = 0; j < steps; ++j) dst[j * W + w] = 0.f;
+                    continue;
+                }
+                const float* src = colSrc[c] + static_cast<int64_t>(t) * L * colStride[c];
 #pragma unroll 4
-            for (int j = 0; j < steps; ++j) copyFloatAsync(dst + j * W + w, src + j * colStride[c]);
+                for (int j = 0; j < steps; ++j) copyFloatAsync(dst + j * W + w, src + j * colStride[c]);
+            }
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
-    for (int t = 0; t < kWalkStages - 1; ++t) {
-        if (t < tiles) load(t);
-        else asm volatile("cp.async.commit_group;\n" ::);  // empty groups keep the wait count uniform
-    }
-    for (int t = 0; t < tiles; ++t) {
+    // What does not depend on h, once per (step, channel) — not once per lane inside the walk: dt becomes
+    // Δ = softplus(dt), z becomes SiLU(z). Waits for the tile's copies first (they are the oldest group in flight).
+    auto prepare = [&](int t) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(kWalkStages - 2));
-        __syncthreads();  // tile t is in; every thread is done with the buffer the next load overwrites
-        if (t + kWalkStages - 1 < tiles) load(t + kWalkStages - 1);
-        else asm volatile("cp.async.commit_group;\n" ::);
-        float* tile = stage + (t % kWalkStages) * L * W;
-        const int steps = min(L, s.steps - t * L);
-        // What does not depend on h, once per (step, channel) and in parallel — not once per lane inside the walk:
-        // dt becomes Δ = softplus(dt), z becomes SiLU(z).
+        copiersSync();  // every copier's part of tile t is in
+        float* tile = buffer(t);
 #pragma unroll 4
-        for (int e = threadIdx.x; e < steps * per_block; e += kThreads) {
+        for (int e = tid; e < stepsOf(t) * per_block; e += kThreads) {
             float* rec = tile + (e / per_block) * W + e % per_block;
             rec[0] = softplusf(rec[0]);
             rec[2 * per_block] = siluf(rec[2 * per_block]);
         }
-        __syncthreads();
-        // G steps at a time: every load of the group, then the G updates, then the G outputs (over Δ's slot, by
-        // every lane of the channel: the same value) — loads ahead of stores, so the steps' work can interleave.
-        constexpr int G = 8;
-        auto walk = [&](int j0, auto group) {
-            constexpr int n = decltype(group)::value;
-            float delta[n], u[n], gate[n], bv[n][NS], cv[n][NS], y[n];
-#pragma unroll
-            for (int g = 0; g < n; ++g) {
-                const float* rec = tile + (j0 + g) * W;
-                delta[g] = rec[local];
-                u[g] = rec[per_block + local];
-                gate[g] = rec[2 * per_block + local];
-#pragma unroll
-                for (int i = 0; i < NS; ++i) {
-                    bv[g][i] = n0 + i < N ? rec[3 * per_block + n0 + i] : 0.f;
-                    cv[g][i] = n0 + i < N ? rec[3 * per_block + N + n0 + i] : 0.f;
-                }
-            }
-#pragma unroll
-            for (int g = 0; g < n; ++g) {
-                const float acc = stepOutput(h, a2, delta[g], delta[g] * u[g], bv[g], cv[g], n0, N, S);
-                y[g] = (acc + dskip * u[g]) * gate[g];
-            }
-#pragma unroll
-            for (int g = 0; g < n; ++g) tile[(j0 + g) * W + local] = y[g];
-        };
-        int j0 = 0;
-        for (; j0 + G <= steps; j0 += G) walk(j0, std::integral_constant<int, G>{});
-        for (; j0 < steps; ++j0) walk(j0, std::integral_constant<int, 1>{});
-        __syncthreads();
-        for (int e = threadIdx.x; e < steps * per_block; e += kThreads) {  // the tile's outputs, coalesced
+    };
+    // The tile's outputs (left by the walk in Δ's slots), coalesced.
+    auto store = [&](int t) {
+        const float* tile = buffer(t);
+        for (int e = tid; e < stepsOf(t) * per_block; e += kThreads) {
             const int j = e / per_block, c = e % per_block;
             if (d0 + c < E) s.out[(r0 + static_cast<int64_t>(t) * L + j) * E + d0 + c] = tile[j * W + c];
         }
+    };
+    // G steps at a time: every load of the group, then the G updates, then the G outputs (over Δ's slot, by every
+    // lane of the channel: the same value) — loads ahead of stores, so the steps' work can interleave.
+    auto walk = [&](float* tile, int j0, auto group) {
+        constexpr int n = decltype(group)::value;
+        float delta[n], u[n], gate[n], bv[n][NS], cv[n][NS], y[n];
+#pragma unroll
+        for (int g = 0; g < n; ++g) {
+            const float* rec = tile + (j0 + g) * W;
+            delta[g] = rec[local];
+            u[g] = rec[per_block + local];
+            gate[g] = rec[2 * per_block + local];
+#pragma unroll
+            for (int i = 0; i < NS; ++i) {
+                bv[g][i] = n0 + i < N ? rec[3 * per_block + n0 + i] : 0.f;
+                cv[g][i] = n0 + i < N ? rec[3 * per_block + N + n0 + i] : 0.f;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < n; ++g) {
+            const float acc = stepOutput(h, a2, delta[g], delta[g] * u[g], bv[g], cv[g], n0, N, S);
+            y[g] = (acc + dskip * u[g]) * gate[g];
+        }
+#pragma unroll
+        for (int g = 0; g < n; ++g) tile[(j0 + g) * W + local] = y[g];
+    };
+
+    // The pipeline: while the walkers walk tile t, the copiers store tile t − 1's outputs, start tile t + 2's copies
+    // into that buffer and prepare tile t + 1; one block barrier per tile hands both sides on.
+    if (!walker) {
+        load(0);
+        load(1);
+        prepare(0);
+    }
+    __syncthreads();
+    for (int t = 0; t < tiles; ++t) {
+        if (walker) {
+            float* tile = buffer(t);
+            const int steps = stepsOf(t);
+            constexpr int G = 8;
+            int j0 = 0;
+            for (; j0 + G <= steps; j0 += G) walk(tile, j0, std::integral_constant<int, G>{});
+            for (; j0 < steps; ++j0) walk(tile, j0, std::integral_constant<int, 1>{});
+        } else {
+            if (t > 0) store(t - 1);
+            copiersSync();  // every copier is done reading the buffer that tile t + 2 overwrites
+            load(t + 2);
+            if (t + 1 < tiles) prepare(t + 1);
+        }
+        __syncthreads();
+    }
+    if (!walker) {
+        store(tiles - 1);
+        return;
     }
     if (!active) return;
 #pragma unroll
@@ -419,22 +447,23 @@ enum class Variant { Plain, FusedDt, Checkpoints };
 constexpr int kWalkMinSteps = 16;  // the staged walk from this many steps
 
 template <int S>
-void launchWalkS(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid, dim3 block) {
+void launchWalkS(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid) {
     constexpr int per_block = kThreads / S;
     const int N = k.s.d_state;
     const size_t smem = sizeof(float) * kWalkStages * walkTileSteps(per_block, N) * (3 * per_block + 2 * N);
-    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true>, grid, block, smem, k);
-    else launch(name, ex, scanWalkStaged<S, false>, grid, block, smem, k);
+    const dim3 walkers_and_copiers(2 * kThreads);
+    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true>, grid, walkers_and_copiers, smem, k);
+    else launch(name, ex, scanWalkStaged<S, false>, grid, walkers_and_copiers, smem, k);
 }
 
-void launchWalk(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid, dim3 block) {
+void launchWalk(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid) {
     switch (k.lanes) {
-        case 1: launchWalkS<1>(name, ex, k, grid, block); break;
-        case 2: launchWalkS<2>(name, ex, k, grid, block); break;
-        case 4: launchWalkS<4>(name, ex, k, grid, block); break;
-        case 8: launchWalkS<8>(name, ex, k, grid, block); break;
-        case 16: launchWalkS<16>(name, ex, k, grid, block); break;
-        case 32: launchWalkS<32>(name, ex, k, grid, block); break;
+        case 1: launchWalkS<1>(name, ex, k, grid); break;
+        case 2: launchWalkS<2>(name, ex, k, grid); break;
+        case 4: launchWalkS<4>(name, ex, k, grid); break;
+        case 8: launchWalkS<8>(name, ex, k, grid); break;
+        case 16: launchWalkS<16>(name, ex, k, grid); break;
+        case 32: launchWalkS<32>(name, ex, k, grid); break;
         default: throw std::logic_error("selectiveScan: the staged walk takes 1 … 32 lanes per channel");
     }
 }
@@ -446,10 +475,10 @@ void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant
             // A whole-sequence walk in the narrow layout that leaves most of the GPU idle (one warp per SM
             // partition) is bound by each step's latency: the staged walk. H200, the one-row DETERMINISTIC prefill
             // of the 370m shape (op case "det prefill", T = 4,096): this loop 3.50 ms, eight steps' loads grouped in
-            // registers 2.06 ms, the staged walk 0.63 ms.
+            // registers 2.06 ms, the staged walk 0.37 ms (benchmarks.md has every design tried on the way).
             if constexpr (NS == 4) {
                 if (k.mode == kWhole && k.s.steps >= kWalkMinSteps && grid.x < static_cast<unsigned>(ex.sms) * 2) {
-                    launchWalk(name, ex, k, grid, block);
+                    launchWalk(name, ex, k, grid);
                     break;
                 }
             }
