@@ -34,6 +34,7 @@
 // (one dot product of dt_rank per channel, split over the S lanes) and writes it to dt as the product
 // would have — one kernel launch less per layer.
 #include "kernels.h"
+#include "cp_async.cuh"
 #include "lowp.cuh"
 #include "lane_load.cuh"
 #include "scan_step.cuh"
@@ -218,12 +219,6 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     if (k.mode == kChunkLocal && lane == 0) k.ws_sum[ws_row] = dsum;
 }
 
-/** cp.async of one float (4-byte copies: the per-step records are not 16-byte aligned in general). */
-__device__ __forceinline__ void copyFloatAsync(float* dst, const float* src) {
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
-
 constexpr int kWalkStages = 3;               // tiles of steps in flight: the one walked and two loading
 constexpr int kWalkStageFloats = 4096;       // one tile: 16 KB, so the three fit the default 48 KB
 
@@ -313,15 +308,15 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
                 }
                 const float* src = colSrc[c] + static_cast<int64_t>(t) * L * colStride[c];
 #pragma unroll 4
-                for (int j = 0; j < steps; ++j) copyFloatAsync(dst + j * W + w, src + j * colStride[c]);
+                for (int j = 0; j < steps; ++j) cpAsync4(dst + j * W + w, src + j * colStride[c]);
             }
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        cpAsyncCommit();
     };
     // What does not depend on h, once per (step, channel) — not once per lane inside the walk: dt becomes
     // Δ = softplus(dt), z becomes SiLU(z). Waits for the tile's copies first (they are the oldest group in flight).
     auto prepare = [&](int t) {
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(kWalkStages - 2));
+        cpAsyncWait<kWalkStages - 2>();
         copiersSync();  // every copier's part of tile t is in
         float* tile = buffer(t);
 #pragma unroll 4

@@ -37,7 +37,8 @@ using namespace tc;
 // kDeepPart elements of k, rounded up to whole 64-wide k tiles; never for fewer than kMinSplitIn inputs.
 // The prefill tile must cut the same way (same bits), and there every part costs. H200, 2.8b out_proj [2560, 5120],
 // µs at M = 16 / 4096: 1 part (the unsplit kernel) 21.5 / 217, 2 parts 14.5 / 202, 4 parts 11.2 / 279,
-// 8 parts 14.9 / 403 (cuBLAS 9.7 / 169). kDeepPart = 2560 takes the decode gain that prefill does not pay for; docs/benchmarks.md has the rest.
+// 8 parts 14.9 / 403 (cuBLAS 9.7 / 169). kDeepPart = 2560 takes the decode gain that prefill does not pay for;
+// docs/benchmarks.md has the rest.
 constexpr int kNarrowPart = 640, kDeepPart = 2560;
 constexpr int kSplitMaxOut = 256, kMinSplitIn = 1024, kMaxParts = 8;
 

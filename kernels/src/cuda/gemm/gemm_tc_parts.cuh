@@ -1,10 +1,11 @@
-// The parts of the tensor-core tier that both of its translation units use: the kernel arguments, cp.async,
+// The parts of the tensor-core tier that both of its translation units use: the kernel arguments,
 // the swizzled shared-memory tile loader and the epilogue's per-element rule. gemm_tc.cu holds the mma.sync tiles
 // (sm_80+), gemm_tc_sm90a.cu the wgmma tiles (sm_90a only); both must feed the tensor cores the same values in the
 // same order and finish every element the same way, so these pieces exist once.
 #pragma once
 
 #include "gemm_tc.h"
+#include "../cp_async.cuh"
 
 #include <cstdint>
 
@@ -22,20 +23,6 @@ struct TcArgs {
     int64_t ldy;
     float beta;
 };
-
-__device__ __forceinline__ uint32_t smemAddr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-/** Copies 16 bytes global → shared without registers; `bytes` = 0 writes 16 zero bytes instead. */
-__device__ __forceinline__ void cpAsync16(uint32_t dst, const void* src, int bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // Shared-memory tiles of 16-bit values are [rows][BK] with rows of BK·2 bytes; the 16-byte chunk c of row r sits at
 // chunk position c ^ (r & 7), so the 8 rows an ldmatrix phase reads hit 8 different bank groups. Every address is

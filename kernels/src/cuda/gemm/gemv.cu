@@ -15,6 +15,7 @@
 #include "gemv.h"
 
 #include "../conv_step.cuh"
+#include "../cp_async.cuh"
 #include "../lane_load.cuh"
 #include "../lowp.cuh"
 #include "mamba/mamba.h"
@@ -59,8 +60,7 @@ __device__ __forceinline__ void loadConvInputs(const ConvEpilogue& c, int o, int
     else if (lane < 7) src = lane - 4 < H ? c.history + static_cast<int64_t>(o) * H + lane - 4 : nullptr;
     else src = c.bias + o;
     if (!src) return;
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot + lane));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+    cpAsync4(slot + lane, src);
 }
 
 /**
@@ -68,7 +68,7 @@ __device__ __forceinline__ void loadConvInputs(const ConvEpilogue& c, int o, int
  * the group call it; its lane 0 stores.
  */
 __device__ __forceinline__ void convEpilogue(const ConvEpilogue& c, int o, int lane, float* slot, float x) {
-    asm volatile("cp.async.wait_all;\n" ::);
+    cpAsyncWaitAll();
     __syncwarp();
     if (lane != 0 || o >= c.channels) return;
     constexpr int W = kConvEpilogueMaxWidth;
