@@ -13,8 +13,9 @@
 //
 // Sequential: each group walks t = 0 … T-1 with h in registers; h is read from and written back to the
 // state. Ideal for decode (T = 1) and whenever B·channels·S threads already fill the GPU. When they do not and the
-// walk is long (a DETERMINISTIC prefill of few rows, which may not chunk), scanWalkStaged walks from tiles of steps
-// staged in shared memory — the same arithmetic.
+// walk is long (a prefill of one or two rows: DETERMINISTIC, which may not chunk, and at d_state 16 the other modes
+// too, where it beats the chunked scan), scanWalkStaged walks from tiles of steps staged in shared memory — the same
+// arithmetic.
 //
 // Chunked (T ≥ kScanChunkedMinSteps and the sequential grid would leave the GPU mostly idle): T is split
 // into C chunks so that about two GPU-fulls of threads run. Because the recurrence is linear,
@@ -229,17 +230,19 @@ __host__ __device__ inline int walkTileSteps(int per_block, int N) {
 }
 
 /**
- * The whole-sequence walk of the narrow layout when few threads walk many steps (a one-row DETERMINISTIC
- * prefill: B·channels·4 lanes, under two GPU-fulls). Two roles per block: four walker warps hold the states and do
- * little more than the recurrence, reading every step from shared memory; four copier warps copy tiles of L steps'
+ * The whole-sequence walk of the narrow layout when few threads walk many steps (a one-row prefill: B·channels·4
+ * lanes, under two GPU-fulls). Two roles per block: WALKERS threads hold the states and do little more than the
+ * recurrence, reading every step from shared memory; COPIERS threads (launchWalkS: three per walker at d_state 16,
+ * where one per walker made the walkers wait) copy tiles of L steps'
  * inputs — dt, u and z of the block's channels and the row's B and C, which all its channels share — by cp.async
  * kWalkStages tiles ahead, compute softplus(dt) and SiLU(z) once per (step, channel), and store the outputs a tile
  * at a time, coalesced. The arithmetic is scanKernel's, step by step (stepOutput, the same bits as decode). S (lanes
  * per channel) is a template argument so that the lane sums unroll and steps of the walk interleave.
  */
-template <int S, bool FULL>
-__global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k) {
-    constexpr int NS = 4, per_block = kThreads / S;
+template <int S, bool FULL, int WALKERS, int COPIERS>
+__global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelArgs k) {
+    constexpr int NS = 4, per_block = WALKERS / S;
+    static_assert(per_block >= 1, "a channel's lanes in one block");
     extern __shared__ float stage[];
     const ScanArgs& s = k.s;
     const int E = s.channels;
@@ -247,9 +250,9 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
     const int ch_blocks = (E + per_block - 1) / per_block;
     const int b = static_cast<int>(blockIdx.x / ch_blocks);
     const int d0 = static_cast<int>(blockIdx.x % ch_blocks) * per_block;
-    const bool walker = threadIdx.x < kThreads;  // warps 0-3 walk; warps 4-7 copy, prepare and store
-    const int tid = static_cast<int>(threadIdx.x) % kThreads;
-    const int local = tid / S;
+    const bool walker = threadIdx.x < WALKERS;  // the first warps walk; the others copy, prepare and store
+    const int tid = walker ? static_cast<int>(threadIdx.x) : static_cast<int>(threadIdx.x) - WALKERS;
+    const int local = (tid % WALKERS) / S;  // (copiers: any channel of the block, never used)
     const bool active = d0 + local < E;
     const int d = active ? d0 + local : E - 1;  // idle lanes still join the shuffles
     const int lane = tid % S, n0 = lane * NS;
@@ -269,14 +272,14 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
 #pragma unroll
         for (int i = 0; i < NS; ++i) h[i] = n0 + i < N ? hp[n0 + i] : 0.f;
 
-    // A copier copies the same columns of every step's record (column w = tid + c·kThreads): where the column's
+    // A copier copies the same columns of every step's record (column w = tid + c·COPIERS): where the column's
     // value of step r lives is src + r·stride, worked out once here; channels past E read as 0.
-    constexpr int kCols = 4;  // ⌈W / kThreads⌉ for every S and N this walk takes (W ≤ 3·128 + 8)
+    constexpr int kCols = (3 * per_block + 8 * S + COPIERS - 1) / COPIERS;  // ⌈W / COPIERS⌉: N ≤ 4·S, so W ≤ 3·per_block + 8·S
     const float* colSrc[kCols];
     int64_t colStride[kCols];
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
-        const int w = tid + c * kThreads;
+        const int w = tid + c * COPIERS;
         colSrc[c] = nullptr;
         colStride[c] = 0;
         if (w < 3 * per_block) {
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
     }
     auto buffer = [&](int t) { return stage + (t % kWalkStages) * L * W; };
     auto stepsOf = [&](int t) { return min(L, s.steps - t * L); };
-    auto copiersSync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads)); };
+    auto copiersSync = [] { asm volatile("bar.sync 1, %0;\n" ::"n"(COPIERS)); };
     // Tile t of the steps into its stage buffer (one cp.async group per tile, empty past the last tile).
     auto load = [&](int t) {
         if (t < tiles) {
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
             const int steps = stepsOf(t);
 #pragma unroll
             for (int c = 0; c < kCols; ++c) {
-                const int w = tid + c * kThreads;
+                const int w = tid + c * COPIERS;
                 if (w >= W) break;
                 if (!colSrc[c]) {
                     for (int j = 0; j < steps; ++j) dst[j * W + w] = 0.f;
@@ -320,7 +323,7 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
         copiersSync();  // every copier's part of tile t is in
         float* tile = buffer(t);
 #pragma unroll 4
-        for (int e = tid; e < stepsOf(t) * per_block; e += kThreads) {
+        for (int e = tid; e < stepsOf(t) * per_block; e += COPIERS) {
             float* rec = tile + (e / per_block) * W + e % per_block;
             rec[0] = softplusf(rec[0]);
             rec[2 * per_block] = siluf(rec[2 * per_block]);
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(2 * kThreads) scanWalkStaged(ScanKernelArgs k)
     // The tile's outputs (left by the walk in Δ's slots), coalesced.
     auto store = [&](int t) {
         const float* tile = buffer(t);
-        for (int e = tid; e < stepsOf(t) * per_block; e += kThreads) {
+        for (int e = tid; e < stepsOf(t) * per_block; e += COPIERS) {
             const int j = e / per_block, c = e % per_block;
             if (d0 + c < E) s.out[(r0 + static_cast<int64_t>(t) * L + j) * E + d0 + c] = tile[j * W + c];
         }
@@ -439,26 +442,39 @@ void lanesFor(int N, bool wide, int* ns, int* lanes) {
 
 enum class Variant { Plain, FusedDt, Checkpoints };
 
-constexpr int kWalkMinSteps = 16;  // the staged walk from this many steps
+constexpr int kWalkMinSteps = 16;               // the staged walk from this many steps
+constexpr int kWalkOverChunkedMinSteps = 1024;  // planScan: the walk instead of the chunked scan (fast modes)
 
-template <int S>
-void launchWalkS(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid) {
-    constexpr int per_block = kThreads / S;
+template <int S, int WALKERS, int COPIERS = WALKERS>
+void launchWalkSW(const char* name, const Exec& ex, const ScanKernelArgs& k) {
+    constexpr int per_block = WALKERS / S;
     const int N = k.s.d_state;
     const size_t smem = sizeof(float) * kWalkStages * walkTileSteps(per_block, N) * (3 * per_block + 2 * N);
-    const dim3 walkers_and_copiers(2 * kThreads);
-    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true>, grid, walkers_and_copiers, smem, k);
-    else launch(name, ex, scanWalkStaged<S, false>, grid, walkers_and_copiers, smem, k);
+    const dim3 grid(static_cast<unsigned>(k.s.batch * ((k.s.channels + per_block - 1) / per_block)));
+    const dim3 walkers_and_copiers(WALKERS + COPIERS);
+    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true, WALKERS, COPIERS>, grid, walkers_and_copiers, smem, k);
+    else launch(name, ex, scanWalkStaged<S, false, WALKERS, COPIERS>, grid, walkers_and_copiers, smem, k);
 }
 
-void launchWalk(const char* name, const Exec& ex, const ScanKernelArgs& k, dim3 grid) {
+template <int S>
+void launchWalkS(const char* name, const Exec& ex, const ScanKernelArgs& k) {
+    // d_state 16 (four lanes per channel, every Mamba-1 checkpoint): one warp of walkers (8 channels) and three of
+    // copiers per block. The copiers' share — cp.async of every input, softplus and SiLU once per (step, channel),
+    // the stores — took longer than the walk with one copier per walker: the walkers waited at the tile barrier
+    // (H200, 370m row, T 4,096, µs: walkers × copiers 128 × 128 373, 64 × 64 333, 32 × 32 353, 32 × 64 253,
+    // 64 × 128 228, 64 × 192 229, 32 × 96 223; benchmarks.md).
+    if constexpr (S == 4) launchWalkSW<S, 32, 96>(name, ex, k);
+    else launchWalkSW<S, 128>(name, ex, k);
+}
+
+void launchWalk(const char* name, const Exec& ex, const ScanKernelArgs& k) {
     switch (k.lanes) {
-        case 1: launchWalkS<1>(name, ex, k, grid); break;
-        case 2: launchWalkS<2>(name, ex, k, grid); break;
-        case 4: launchWalkS<4>(name, ex, k, grid); break;
-        case 8: launchWalkS<8>(name, ex, k, grid); break;
-        case 16: launchWalkS<16>(name, ex, k, grid); break;
-        case 32: launchWalkS<32>(name, ex, k, grid); break;
+        case 1: launchWalkS<1>(name, ex, k); break;
+        case 2: launchWalkS<2>(name, ex, k); break;
+        case 4: launchWalkS<4>(name, ex, k); break;
+        case 8: launchWalkS<8>(name, ex, k); break;
+        case 16: launchWalkS<16>(name, ex, k); break;
+        case 32: launchWalkS<32>(name, ex, k); break;
         default: throw std::logic_error("selectiveScan: the staged walk takes 1 … 32 lanes per channel");
     }
 }
@@ -470,10 +486,11 @@ void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant
             // A whole-sequence walk in the narrow layout that leaves most of the GPU idle (one warp per SM
             // partition) is bound by each step's latency: the staged walk. H200, the one-row DETERMINISTIC prefill
             // of the 370m shape (op case "det prefill", T = 4,096): this loop 3.50 ms, eight steps' loads grouped in
-            // registers 2.06 ms, the staged walk 0.37 ms (benchmarks.md has every design tried on the way).
+            // registers 2.06 ms, the staged walk 0.37 ms, with three copiers per walker 0.22 ms (benchmarks.md has every
+            // design tried on the way).
             if constexpr (NS == 4) {
                 if (k.mode == kWhole && k.s.steps >= kWalkMinSteps && grid.x < static_cast<unsigned>(ex.sms) * 2) {
-                    launchWalk(name, ex, k, grid);
+                    launchWalk(name, ex, k);
                     break;
                 }
             }
@@ -532,6 +549,20 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
         p.chunk = checkpoint_chunk;
         p.chunks = (s.steps + checkpoint_chunk - 1) / checkpoint_chunk;
         p.workspace_floats = static_cast<int64_t>(s.batch) * p.chunks * s.channels;
+        return p;
+    }
+    // A long prefill of few rows at d_state 16 (four lanes per channel): where the narrow layout's blocks would not
+    // fill the GPU twice (launchNs takes the staged walk then), the walk beats the chunked scan, and its outputs
+    // equal T decode steps'. H200, µs, walk / chunked: 370m row T 4,096 219 / 287, 2.8b row 483 / 573, 370m
+    // B 4 × T 1,024 150 / 281. Measured from 1,024 steps only, so shorter prefills keep the chunked scan.
+    int walk_ns, walk_lanes;
+    lanesFor(s.d_state, false, &walk_ns, &walk_lanes);
+    if (algo == ScanAlgo::Auto && checkpoint_chunk == 0 && s.steps >= kWalkOverChunkedMinSteps && walk_ns == 4 &&
+        walk_lanes == 4 &&
+        static_cast<int64_t>(s.batch) * ((s.channels + kThreads / 4 - 1) / (kThreads / 4)) < 2 * static_cast<int64_t>(ex.sms)) {
+        p.chunk = s.steps;
+        p.ns = walk_ns;
+        p.lanes = walk_lanes;
         return p;
     }
     int ns, S;

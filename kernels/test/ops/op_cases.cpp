@@ -12,6 +12,7 @@
 #include "reference.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <cmath>
 #include <cstring>
@@ -1873,6 +1874,14 @@ std::vector<Case> allCases() {
     // a one-row DETERMINISTIC prefill of the 370m shape: the sequential narrow walk over 4,096 steps
     add("selectiveScan", "B=1 T=4096 C=2048 N=16 shape-independent (det prefill) aligned rows", DTYPE_F32, "det", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 4096, 2048, 16, false, 0, DTYPE_F32, false, true, true); });
+    // the same prefill as the fast modes run it, and prefills of other widths and batches in both: which scan pays
+    add("selectiveScan", "B=1 T=4096 C=2048 N=16 (fast prefill) aligned rows", DTYPE_F32, "-", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 1, 4096, 2048, 16, false, 0, DTYPE_F32, false, true, false); });
+    for (auto [B, T, C] : {std::array<int, 3>{1, 4096, 1536}, {1, 4096, 5120}, {4, 1024, 2048}})
+        for (bool det : {true, false})
+            add("selectiveScan", format("B=%d T=%d C=%d N=16 (%s prefill) aligned rows", B, T, C, det ? "det" : "fast"), DTYPE_F32,
+                det ? "det" : "-", NEED_NONE, true,
+                [=](Ops& o, uint64_t s) { return scanCase(o, s, B, T, C, 16, false, 0, DTYPE_F32, false, true, det); });
     add("selectiveScan", "B=8 T=1 C=1536 N=16 (decode)", DTYPE_F32, "-", NEED_NONE, true,
         [=](Ops& o, uint64_t s) { return scanCase(o, s, 8, 1, 1536, 16, false, 0, DTYPE_F32); });
     // batched decode of the 130m and 2.8b shapes, rows aligned like a model's x_proj output

@@ -12,11 +12,12 @@ import org.mamba4j.MambaModel;
 import org.mamba4j.MambaState;
 
 /**
- * A fixed decode workload for a kernel profiler (scripts/device-profile.sh runs it under ncu): a random Mamba-1
- * backbone of the given shape on CUDA device 0, graphs off, `warm` steps and then `steps` steps of batch B. The
- * profiler attributes each kernel's time; this program only makes the launches repeatable.
+ * A fixed decode (or prefill) workload for a kernel profiler (scripts/device-profile.sh runs it under ncu): a random
+ * Mamba-1 backbone of the given shape on CUDA device 0, graphs off, 2 warm-up calls and then `steps` steps of batch B
+ * — or, with PREFILL_T &gt; 0, `steps` prefills of PREFILL_T tokens per row. The profiler attributes each kernel's
+ * time; this program only makes the launches repeatable.
  *
- * <pre>java ... DecodeProfileProbe D_MODEL LAYERS DTYPE BATCH MODE [STEPS]</pre>
+ * <pre>java ... DecodeProfileProbe D_MODEL LAYERS DTYPE BATCH MODE [STEPS [PREFILL_T]]</pre>
  */
 public final class DecodeProfileProbe {
     private DecodeProfileProbe() {}
@@ -27,17 +28,22 @@ public final class DecodeProfileProbe {
         int batch = Integer.parseInt(args[3]);
         GemmMode mode = GemmMode.valueOf(args[4]);
         int steps = args.length > 5 ? Integer.parseInt(args[5]) : 3;
+        int prefillT = args.length > 6 ? Integer.parseInt(args[6]) : 0;
         Mamba1Config config = Mamba1Config.builder().dModel(dModel).layers(layers).dState(16).dConv(4).expand(2).build();
         try (MambaModel m = MambaModel.builder(config).device(Device.cuda(0)).dtype(dtype).gemmMode(mode).seed(7).build();
                 MambaState s = m.newState(batch)) {
             m.setCudaGraphs(false);
             Random rng = new Random(1);
-            FloatBuffer x = ByteBuffer.allocateDirect(4 * batch * dModel).order(ByteOrder.nativeOrder()).asFloatBuffer();
+            int T = Math.max(1, prefillT);
+            FloatBuffer x = ByteBuffer.allocateDirect(4 * batch * T * dModel).order(ByteOrder.nativeOrder()).asFloatBuffer();
             FloatBuffer y = ByteBuffer.allocateDirect(4 * batch * dModel).order(ByteOrder.nativeOrder()).asFloatBuffer();
-            for (int i = 0; i < batch * dModel; i++) x.put(i, rng.nextFloat() * 2 - 1);
-            for (int i = 0; i < 2 + steps; i++) m.step(s, x, y);
-            System.out.printf("profiled %d steps: d_model %d, %d layers, %s, B = %d, %s; y[0] = %g%n", steps, dModel, layers,
-                    dtype, batch, mode, y.get(0));
+            for (int i = 0; i < batch * T * dModel; i++) x.put(i, rng.nextFloat() * 2 - 1);
+            for (int i = 0; i < 2 + steps; i++) {
+                if (prefillT > 0) m.prefill(s, x, prefillT, y);
+                else m.step(s, x, y);
+            }
+            System.out.printf("profiled %d %s: d_model %d, %d layers, %s, B = %d, %s; y[0] = %g%n", steps,
+                    prefillT > 0 ? "prefills of " + prefillT + " tokens" : "steps", dModel, layers, dtype, batch, mode, y.get(0));
         }
     }
 }
