@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
 
     // A copier copies the same columns of every step's record (column w = tid + c·COPIERS): where the column's
     // value of step r lives is src + r·stride, worked out once here; channels past E read as 0.
-    constexpr int kCols = (3 * per_block + 8 * S + COPIERS - 1) / COPIERS;  // ⌈W / COPIERS⌉: N ≤ 4·S, so W ≤ 3·per_block + 8·S
+    // ⌈W / COPIERS⌉ columns per copier: N ≤ 4·S, so W ≤ 3·per_block + 8·S
+    constexpr int kCols = (3 * per_block + 8 * S + COPIERS - 1) / COPIERS;
     const float* colSrc[kCols];
     int64_t colStride[kCols];
 #pragma unroll
@@ -486,8 +487,8 @@ void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant
             // A whole-sequence walk in the narrow layout that leaves most of the GPU idle (one warp per SM
             // partition) is bound by each step's latency: the staged walk. H200, the one-row DETERMINISTIC prefill
             // of the 370m shape (op case "det prefill", T = 4,096): this loop 3.50 ms, eight steps' loads grouped in
-            // registers 2.06 ms, the staged walk 0.37 ms, with three copiers per walker 0.22 ms (benchmarks.md has every
-            // design tried on the way).
+            // registers 2.06 ms, the staged walk 0.37 ms, with three copiers per walker 0.22 ms (benchmarks.md has
+            // every design tried on the way).
             if constexpr (NS == 4) {
                 if (k.mode == kWhole && k.s.steps >= kWalkMinSteps && grid.x < static_cast<unsigned>(ex.sms) * 2) {
                     launchWalk(name, ex, k);
@@ -557,9 +558,9 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
     // B 4 × T 1,024 150 / 281. Measured from 1,024 steps only, so shorter prefills keep the chunked scan.
     int walk_ns, walk_lanes;
     lanesFor(s.d_state, false, &walk_ns, &walk_lanes);
+    const int64_t narrow_blocks = static_cast<int64_t>(s.batch) * ((s.channels + kThreads / 4 - 1) / (kThreads / 4));
     if (algo == ScanAlgo::Auto && checkpoint_chunk == 0 && s.steps >= kWalkOverChunkedMinSteps && walk_ns == 4 &&
-        walk_lanes == 4 &&
-        static_cast<int64_t>(s.batch) * ((s.channels + kThreads / 4 - 1) / (kThreads / 4)) < 2 * static_cast<int64_t>(ex.sms)) {
+        walk_lanes == 4 && narrow_blocks < 2 * static_cast<int64_t>(ex.sms)) {
         p.chunk = s.steps;
         p.ns = walk_ns;
         p.lanes = walk_lanes;
