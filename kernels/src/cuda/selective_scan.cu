@@ -446,6 +446,17 @@ enum class Variant { Plain, FusedDt, Checkpoints };
 constexpr int kWalkMinSteps = 16;               // the staged walk from this many steps
 constexpr int kWalkOverChunkedMinSteps = 1024;  // planScan: the walk instead of the chunked scan (fast modes)
 
+/**
+ * Whether a whole-sequence scan in the narrow layout (S lanes per channel) runs as the staged walk: long enough, and
+ * too few of scanKernel's blocks to fill the GPU twice. launchNs decides by it, and planScan, which hands the fast
+ * modes' long prefills to the walk, asks it the same question.
+ */
+bool walkRuns(const Exec& ex, int64_t batch, int channels, int lanes, int steps) {
+    const int per_block = kThreads / lanes;
+    const int64_t blocks = batch * ((channels + per_block - 1) / per_block);
+    return steps >= kWalkMinSteps && blocks < 2 * static_cast<int64_t>(ex.sms);
+}
+
 template <int S, int WALKERS, int COPIERS = WALKERS>
 void launchWalkSW(const char* name, const Exec& ex, const ScanKernelArgs& k) {
     constexpr int per_block = WALKERS / S;
@@ -490,7 +501,7 @@ void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant
             // registers 2.06 ms, the staged walk 0.37 ms, with three copiers per walker 0.22 ms (benchmarks.md has
             // every design tried on the way).
             if constexpr (NS == 4) {
-                if (k.mode == kWhole && k.s.steps >= kWalkMinSteps && grid.x < static_cast<unsigned>(ex.sms) * 2) {
+                if (k.mode == kWhole && walkRuns(ex, k.s.batch, k.s.channels, k.lanes, k.s.steps)) {
                     launchWalk(name, ex, k);
                     break;
                 }
@@ -558,9 +569,8 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
     // B 4 × T 1,024 150 / 281. Measured from 1,024 steps only, so shorter prefills keep the chunked scan.
     int walk_ns, walk_lanes;
     lanesFor(s.d_state, false, &walk_ns, &walk_lanes);
-    const int64_t narrow_blocks = static_cast<int64_t>(s.batch) * ((s.channels + kThreads / 4 - 1) / (kThreads / 4));
     if (algo == ScanAlgo::Auto && checkpoint_chunk == 0 && s.steps >= kWalkOverChunkedMinSteps && walk_ns == 4 &&
-        walk_lanes == 4 && narrow_blocks < 2 * static_cast<int64_t>(ex.sms)) {
+        walk_lanes == 4 && walkRuns(ex, s.batch, s.channels, walk_lanes, s.steps)) {
         p.chunk = s.steps;
         p.ns = walk_ns;
         p.lanes = walk_lanes;
