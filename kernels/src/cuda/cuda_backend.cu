@@ -2,6 +2,7 @@
 // the training stages, and CUDA graphs. Products are in gemm/gemm.cu; kernels in one file per stage
 // (kernels.h, train_kernels.h list them).
 #include "cuda_backend.h"
+#include "gemm/gemm_tc.h"
 
 #include "mamba/mamba.h"
 
@@ -354,62 +355,80 @@ void requireNormLinearContract(const RmsNormArgs& norm, const Gemm& linear) {
 }
 }  // namespace
 
-bool CudaBackend::fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const {
-    // One gemv kernel normalises its input rows into shared memory and writes them to norm.y as well. Its
-    // blocks read norm.x while block 0 writes norm.y and every block writes y, so those may not overlap.
+CudaBackend::NormFusion CudaBackend::normFusion(const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv) const {
+    // One kernel normalises its input rows on chip and writes them to norm.y as well. Its blocks read norm.x while
+    // block 0 writes norm.y and every block writes y, so those may not overlap.
     const int64_t rows = linear.rows;
     const Matrix& w = linear.w;
-    if (!fuse_ || rows < 1 || rows > fastGemvMaxRows(w.dtype) || linear.mode == GemmMode::Deterministic) return false;
-    if (!gemvNormFusable(exec_, static_cast<int>(rows), forwardStorage(w, "normLinear"), w.dtype, w.in)) return false;
-    if (!gemvNormFusionPays(exec_, static_cast<int>(rows), w.dtype, w.out, w.in)) return false;
+    if (!fuse_ || rows < 1) return NormFusion::kNone;
+    const void* wp = forwardStorage(w, "normLinear");
+    NormFusion kind = NormFusion::kNone;
+    if (linear.mode == GemmMode::Deterministic) {
+        // The tensor-core tier's chain tile keeps the bits of the two ops apart (rmsnorm_row.cuh, conv_step.cuh); the
+        // gemv's prologue sums in another order, so the scalar tier (F32 weights) never fuses.
+        if (tensorTierFuses(exec_, rows, wp, w.dtype, w.out, w.in, conv)) kind = NormFusion::kTensorChain;
+    } else if (rows <= fastGemvMaxRows(w.dtype) && gemvNormFusable(exec_, static_cast<int>(rows), wp, w.dtype, w.in) &&
+               gemvNormFusionPays(exec_, static_cast<int>(rows), w.dtype, w.out, w.in) &&
+               (!conv || (rows == 1 && conv->width >= 1 && conv->width <= kConvEpilogueMaxWidth && conv->channels <= w.out))) {
+        kind = NormFusion::kGemv;
+    }
+    if (kind == NormFusion::kNone) return kind;
     const int64_t x_n = span(rows, norm.ldx, norm.d), y_n = span(rows, norm.ldy, norm.d);
     const int64_t c_n = span(rows, linear.ldc, w.out);
-    return disjoint(norm.x, x_n, norm.y, y_n) && disjoint(linear.c, c_n, norm.x, x_n) &&
-           disjoint(linear.c, c_n, norm.y, y_n);
+    const bool apart = disjoint(norm.x, x_n, norm.y, y_n) && disjoint(linear.c, c_n, norm.x, x_n) &&
+                       disjoint(linear.c, c_n, norm.y, y_n);
+    return apart ? kind : NormFusion::kNone;
 }
 
 bool CudaBackend::normLinearFuses(const RmsNormArgs& norm, const Gemm& linear) {
     Lock lock(mu_);
     requireNormLinearContract(norm, linear);
-    return fuseNormLinear(norm, linear);
+    return normFusion(norm, linear, nullptr) != NormFusion::kNone;
 }
 
 void CudaBackend::normLinear(const RmsNormArgs& norm, const Gemm& linear) {
     Lock lock(mu_);
     requireNormLinearContract(norm, linear);
     enter();
-    if (fuseNormLinear(norm, linear)) {
-        fusedNormGemv(norm, linear, nullptr);
+    const NormFusion kind = normFusion(norm, linear, nullptr);
+    if (kind != NormFusion::kNone) {
+        fusedNormLinear(kind, norm, linear, nullptr);
         return;
     }
     cuda::rmsnorm(nextExec(), norm);
     runGemm(linear);
 }
 
-void CudaBackend::fusedNormGemv(const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv) {
+void CudaBackend::fusedNormLinear(NormFusion kind, const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv) {
     const Matrix& w = linear.w;
     const NormPrologue prologue{norm.x, norm.ldx, norm.w, norm.eps, norm.y, norm.ldy};
-    gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), forwardStorage(w, "normLinear"), w.dtype, w.out,
-         w.in, linear.bias, linear.c, linear.ldc, linear.beta, &prologue, conv);
+    const void* wp = forwardStorage(w, "normLinear");
+    if (kind == NormFusion::kTensorChain)
+        gemmTensorTierFused(nextExec(), linear.rows, wp, w.dtype, w.out, w.in, linear.bias, linear.c, linear.ldc,
+                            linear.beta, prologue, conv);
+    else
+        gemv(nextExec(), linear.a, linear.lda, static_cast<int>(linear.rows), wp, w.dtype, w.out, w.in, linear.bias,
+             linear.c, linear.ldc, linear.beta, &prologue, conv);
 }
 
 void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, const ConvArgs& conv) {
     Lock lock(mu_);  // recursive: the unfused path takes it again
     requireNormLinearContract(norm, linear);
-    // The conv step rides in the gemv's epilogue when the product is the fused decode gemv of one row, every conv input
-    // is one of its outputs (one step, the x half first) and the conv's own buffers overlap none of the product's.
+    // The conv step rides in the product's epilogue when the product is a fused decode product of one row, every conv
+    // input is one of its outputs (one step, the x half first) and the conv's own buffers overlap none of the product's.
     const int64_t rows = linear.rows, H = static_cast<int64_t>(conv.channels) * (conv.width - 1);
-    const bool epilogue = rows == 1 && conv.steps == 1 && conv.batch == 1 && conv.x == linear.c &&
-                          conv.channels <= linear.w.out && conv.width >= 1 && conv.width <= kConvEpilogueMaxWidth &&
-                          fuseNormLinear(norm, linear) && disjoint(conv.u, conv.channels, linear.c, linear.w.out) &&
-                          disjoint(conv.history, H, linear.c, linear.w.out) && disjoint(conv.u, conv.channels, conv.history, H);
-    if (!epilogue) {
+    const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.u, conv.channels, conv.width};
+    NormFusion kind = NormFusion::kNone;
+    if (rows == 1 && conv.steps == 1 && conv.batch == 1 && conv.x == linear.c &&
+        disjoint(conv.u, conv.channels, linear.c, linear.w.out) && disjoint(conv.history, H, linear.c, linear.w.out) &&
+        disjoint(conv.u, conv.channels, conv.history, H))
+        kind = normFusion(norm, linear, &step);
+    if (kind == NormFusion::kNone) {
         Ops::normLinearConv(norm, linear, conv);  // the two ops, each on its own path
         return;
     }
     enter();
-    const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.u, conv.channels, conv.width};
-    fusedNormGemv(norm, linear, &step);
+    fusedNormLinear(kind, norm, linear, &step);
 }
 
 void CudaBackend::embed(const Matrix& table, const int32_t* ids, int64_t rows, float* out) {

@@ -117,7 +117,7 @@ public:
     void setFusion(bool on);
     /** Forces the group size of vectorised gemvs (8 … 256; 0 restores the automatic choice). */
     void setGemvGroup(int G);
-    /** Whether normLinear(norm, linear) would take the fused gemv (for tests of the decision). */
+    /** Whether normLinear(norm, linear) would run as one kernel (for tests of the decision). */
     bool normLinearFuses(const RmsNormArgs& norm, const Gemm& linear);
     /** Whether selectiveScan(s, dtProj, checkpoints) would compute the Δ projection inside the scan. */
     bool scanFusesDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints);
@@ -164,11 +164,13 @@ private:
      */
     void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp, int64_t chunk);
     // the fusion decisions (the lock is held)
-    bool fuseNormLinear(const RmsNormArgs& norm, const Gemm& linear) const;
+    /** Which kernel runs normLinear's two ops (and, with `conv`, decode's conv step) as one; kNone: apart. */
+    enum class NormFusion { kNone, kGemv, kTensorChain };
+    NormFusion normFusion(const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv) const;
     bool fuseDtProjection(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck, const ScanPlan& plan) const;
     ScanPlan planFor(const ScanArgs& s, const ScanCheckpoints* ck) const;
-    /** The fused rmsnorm + gemv of a product fuseNormLinear accepted, with decode's conv step behind it when `conv`. */
-    void fusedNormGemv(const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv);
+    /** The fused rmsnorm + product that normFusion chose, with decode's conv step behind it when `conv`. */
+    void fusedNormLinear(NormFusion kind, const RmsNormArgs& norm, const Gemm& linear, const ConvEpilogue* conv);
 
     /** A training stage's workspace (see train::Scratch); grows outside captures only. */
     train::Scratch trainScratch();

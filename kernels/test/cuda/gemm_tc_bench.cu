@@ -2,7 +2,8 @@
 // bit and against a double reference on sampled rows, then every tile timed next to cuBLAS (bf16 GemmEx, f32
 // accumulation, default math) on the real Mamba shapes. Built and run by scripts/device-gemm-tc.sh:
 //
-//   gemm_tc_bench [--check-only] [--reps N] [--only SUBSTRING]   (--only: time the shapes whose name contains it)
+//   gemm_tc_bench [--check-only] [--reps N] [--only SUBSTRING] [--rows 1,8]
+//   (--only: time the shapes whose name contains it; --rows: these row counts only)
 //
 // Prints a markdown table; exit status 1 when a check fails.
 #include "cuda/cublas_loader.h"
@@ -31,7 +32,7 @@ int failures = 0;
 void ck(cudaError_t e, const char* what) { mamba::bench::checkCuda(e, what); }
 
 const char* tileName(TcTile t) {
-    static const char* names[] = {"decode32", "64x32", "128x128", "tma128x256", "fewrows", "fewrowsf32x"};
+    static const char* names[] = {"decode32", "64x32", "128x128", "tma128x256", "fewrows", "fewrowsf32x", "chain"};
     return t == TcTile::kAuto ? "auto" : names[static_cast<int>(t)];
 }
 
@@ -114,10 +115,11 @@ void run(const Exec& e0, Problem& p, TcTile t, const float* bias = nullptr, floa
 
 bool tileFits(const Exec& e, TcTile t, int64_t rows, int out, int in) {
     const bool decode = t == TcTile::kDecode32 || t == TcTile::kFewRowsF32x;
-    const bool split = tensorTierParts(e, out, in) > 1;  // products split over k run on the TMA tiles only
-    const bool tma = t == TcTile::kFewRows || t == TcTile::kFewRowsF32x || t == TcTile::kTma128x256;
-    return (!decode || rows <= 16) && (t != TcTile::kFewRows || rows <= 64) && (!split || tma || t == TcTile::kAuto) &&
-           (t == TcTile::kAuto || tensorTileRuns(e, t));
+    const bool split = tensorTierParts(e, out, in) > 1;  // products split over k run on the TMA and chain tiles only
+    const bool parts = t == TcTile::kFewRows || t == TcTile::kFewRowsF32x || t == TcTile::kTma128x256 ||
+                       t == TcTile::kChain || t == TcTile::kAuto;
+    return (!decode || rows <= 16) && (t != TcTile::kChain || rows <= kChainMaxRows) &&
+           (t != TcTile::kFewRows || rows <= 64) && (!split || parts) && (t == TcTile::kAuto || tensorTileRuns(e, t));
 }
 
 /** Every tile on one product: the same bits, and close to the reference. */
@@ -225,8 +227,17 @@ int main(int argc, char** argv) {
     bool checkOnly = false;
     int reps = 20;
     const char* only = "";
+    std::vector<int64_t> rowCounts{1, 8, 16, 64, 256, 4096, 16384};
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--check-only")) checkOnly = true;
+        else if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {  // --rows 1,8: time these row counts only
+            rowCounts.clear();
+            for (const char* p = argv[++i]; *p;) {
+                rowCounts.push_back(std::atoll(p));
+                while (*p && *p != ',') ++p;
+                if (*p == ',') ++p;
+            }
+        }
         else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
@@ -252,6 +263,11 @@ int main(int argc, char** argv) {
                 tensorTierParts(e, 2560, 5120), tensorTierParts(e, 192, 5120), tensorTierParts(e, 2048, 4096),
                 tensorTierParts(e, 768, 1536));
     checkTiles(e, 1, 3000, 768);
+    checkTiles(e, 2, 3072, 768);     // the chain tile's rows: 1 … 8
+    checkTiles(e, 8, 1000, 520);
+    checkTiles(e, 3, 80, 1536);      // 130m x_proj: 4 parts of k on Hopper
+    checkTiles(e, 8, 2560, 5120);    // 2 parts
+    checkTiles(e, 1, 1536, 48);      // dt_proj: one k16 step and a half
     checkTiles(e, 5, 1000, 520);
     checkTiles(e, 16, 777, 1024);
     checkTiles(e, 40, 600, 264);
@@ -291,6 +307,6 @@ int main(int argc, char** argv) {
                        S{"2.8b in_proj", 10240, 2560}, S{"2.8b x_proj", 192, 5120}, S{"2.8b dt_proj", 5120, 160},
                        S{"2.8b out_proj", 2560, 5120}})
         if (std::strstr(s.name, only))
-            for (int64_t rows : {1, 8, 16, 64, 256, 4096, 16384}) timeShape(e, h, s.name, rows, s.out, s.in, reps);
+            for (int64_t rows : rowCounts) timeShape(e, h, s.name, rows, s.out, s.in, reps);
     return failures ? 1 : 0;
 }

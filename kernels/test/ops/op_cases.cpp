@@ -377,11 +377,13 @@ Prepared rmsnormCase(Ops& ops, uint64_t seed, int64_t rows, int d) {
     return p;
 }
 
-Prepared normLinearCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int d, int out, bool withBias) {
+/** aligned: rows of exactly d floats (the model's layout, where the rmsnorm sums 16-byte chunks); else padded. */
+Prepared normLinearCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int d, int out, bool withBias,
+                        bool aligned = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const int64_t ldx = d + 3, ldn = d + 1, ldo = out + 2;
+    const int64_t ldx = aligned ? d : d + 3, ldn = aligned ? d : d + 1, ldo = out + 2;
     std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
     shrinkSomeRows(x, rows, ldx, d);
     const std::vector<float> nw = uniform(rng, d, 0.5, 1.5);
@@ -389,17 +391,37 @@ Prepared normLinearCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64
     const std::vector<float> bias = withBias ? uniform(rng, out, -0.5, 0.5) : std::vector<float>{};
     float* dn = A->poisoned(rows * ldn);
     float* dout = A->poisoned(rows * ldo);
-    const RmsNormArgs norm{A->put(x), ldx, A->put(nw), rows, d, kNormEps, dn, ldn};
-    const Gemm lin = Gemm::forward(mode, dn, ldn, rows, w.m, withBias ? A->put(bias) : nullptr, dout, ldo, 0.f);
-    p.call = [&ops, norm, lin] { ops.normLinear(norm, lin); };
+    const float *dx = A->put(x), *dnw = A->put(nw), *db = withBias ? A->put(bias) : nullptr;
+    const RmsNormArgs norm{dx, ldx, dnw, rows, d, kNormEps, dn, ldn};
+    const Gemm lin = Gemm::forward(mode, dn, ldn, rows, w.m, db, dout, ldo, 0.f);
+    // DETERMINISTIC promises the bits of the two ops run apart (a decode step's fused product = a prefill's rmsnorm
+    // kernel + product): a twin runs them apart.
+    const bool det = mode == GemmMode::Deterministic;
+    float* dn2 = det ? A->poisoned(rows * ldn) : nullptr;
+    float* dout2 = det ? A->poisoned(rows * ldo) : nullptr;
+    const RmsNormArgs norm2{dx, ldx, dnw, rows, d, kNormEps, dn2, ldn};
+    const Gemm lin2 = Gemm::forward(mode, dn2, ldn, rows, w.m, db, dout2, ldo, 0.f);
+    p.call = [&ops, norm, lin, det, norm2, lin2] {
+        ops.normLinear(norm, lin);
+        if (det) {
+            ops.rmsnorm(norm2);
+            ops.gemm(lin2);
+        }
+    };
     // The named fusion must equal rmsnorm, then the product of the normalised rows.
     const Vec n = ref::rmsnorm(dense(x, rows, ldx, d), rows, d, toDouble(nw), kNormEps);
     const Vec y = ref::gemmForward(n, rows, w.stored, out, d, toDouble(bias), 0.0, {});
     const double ntol = activationTol(dtype, kTolNorm), ytol = gemmTol(dtype) + kTolNorm;
     p.check = [=] {
         const std::vector<float> gn = A->get(dn, rows * ldn), gy = A->get(dout, rows * ldo);
-        return std::vector<Compare>{nmax("norm.y", strip(gn, rows, ldn, d), n, ntol), padding("norm.y", gn, rows, ldn, d),
-                                    nmax("y", strip(gy, rows, ldo, out), y, ytol), padding("y", gy, rows, ldo, out)};
+        std::vector<Compare> c{nmax("norm.y", strip(gn, rows, ldn, d), n, ntol), padding("norm.y", gn, rows, ldn, d),
+                               nmax("y", strip(gy, rows, ldo, out), y, ytol), padding("y", gy, rows, ldo, out)};
+        if (det) {
+            const std::vector<float> gn2 = A->get(dn2, rows * ldn), gy2 = A->get(dout2, rows * ldo);
+            c.push_back(bits("norm.y = rmsnorm apart", strip(gn, rows, ldn, d), strip(gn2, rows, ldn, d)));
+            c.push_back(bits("y = rmsnorm + gemm apart", strip(gy, rows, ldo, out), strip(gy2, rows, ldo, out)));
+        }
+        return c;
     };
     p.flops = 2.0 * rows * out * d;
     p.bytes = storageBytes(dtype) * out * d + 4.0 * rows * (2 * d + out);
@@ -411,11 +433,12 @@ Prepared normLinearCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64
  * then u = SiLU(conv(history ++ x)) over the first E outputs. Against the double reference, and bit for bit against
  * the same backend running normLinear and convSilu separately (a fused epilogue must be the conv kernel's step).
  */
-Prepared normLinearConvCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int B, int d, int E, int K) {
+Prepared normLinearConvCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int B, int d, int E, int K,
+                            bool aligned = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const int64_t ldx = d + 3, ldn = d + 1, ldo = 2 * E + 2, ldu = E + 4, H = static_cast<int64_t>(E) * (K - 1), hstride = H + 3;
+    const int64_t ldx = aligned ? d : d + 3, ldn = aligned ? d : d + 1, ldo = 2 * E + 2, ldu = E + 4, H = static_cast<int64_t>(E) * (K - 1), hstride = H + 3;
     const std::vector<float> x = padded(rng, B, ldx, d, -2, 2);
     const std::vector<float> nw = uniform(rng, d, 0.5, 1.5);
     const Weight w = putWeight(*A, rng, 2 * E, d, dtype, 1.0 / std::sqrt(d), false);
@@ -431,9 +454,17 @@ Prepared normLinearConvCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, i
     const Gemm lin2 = Gemm::forward(mode, dn2, ldn, B, w.m, nullptr, dxz2, ldo, 0.f);
     const ConvArgs conv{dxz, ldo, dcw, dcb, dh, hstride, du, ldu, B, 1, E, K};
     const ConvArgs conv2{dxz2, ldo, dcw, dcb, dh2, hstride, du2, ldu, B, 1, E, K};
-    p.call = [&ops, norm, lin, conv, norm2, lin2, conv2] {
+    // The twin: DETERMINISTIC promises the bits of rmsnorm, product and conv run apart (a prefill's); the fast modes
+    // the conv kernel's step behind their own normLinear (a fused rmsnorm may sum in another order there).
+    const bool det = mode == GemmMode::Deterministic;
+    p.call = [&ops, norm, lin, conv, norm2, lin2, conv2, det] {
         ops.normLinearConv(norm, lin, conv);
-        ops.normLinear(norm2, lin2);
+        if (det) {
+            ops.rmsnorm(norm2);
+            ops.gemm(lin2);
+        } else {
+            ops.normLinear(norm2, lin2);
+        }
         ops.convSilu(conv2);
     };
     const Vec n = ref::rmsnorm(dense(x, B, ldx, d), B, d, toDouble(nw), kNormEps);
@@ -1743,22 +1774,46 @@ std::vector<Case> allCases() {
                 [=](Ops& o, uint64_t s) { return rmsnormCase(o, s, rows, d); });
     add("rmsnorm", "rows=512 d=768", DTYPE_F32, "-", NEED_NONE, true, [=](Ops& o, uint64_t s) { return rmsnormCase(o, s, 512, 768); });
     for (int dtype : dtypes)
-        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible})
-            for (int64_t rows : {1, 9, 64})
-                add("normLinear", format("rows=%lld d=96 out=80 %s ld+%s", static_cast<long long>(rows), rows == 9 ? "bias" : "nobias", rows > 3 ? " tiny rows" : ""),
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Deterministic})
+            for (int64_t rows : {1, 5, 9, 64})
+                add("normLinear", format("rows=%lld d=96 out=80 %s %s%s", static_cast<long long>(rows), rows == 9 ? "bias" : "nobias",
+                                         rows == 5 ? "aligned" : "ld+", rows > 3 ? " tiny rows" : ""),
                     dtype, modeName(mode), lowp(dtype), false,
-                    [=](Ops& o, uint64_t s) { return normLinearCase(o, s, mode, dtype, rows, 96, 80, rows == 9); });
+                    [=](Ops& o, uint64_t s) { return normLinearCase(o, s, mode, dtype, rows, 96, 80, rows == 9, rows == 5); });
     for (int dtype : dtypes)
         for (GemmMode mode : {GemmMode::Fast, GemmMode::Deterministic})
             for (int B : {1, 3, 8})
-                add("normLinearConv", format("B=%d d=96 E=72 K=4 (decode)", B), dtype, modeName(mode), lowp(dtype), false,
-                    [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, mode, dtype, B, 96, 72, 4); });
+                for (bool aligned : {false, true})
+                    add("normLinearConv", format("B=%d d=96 E=72 K=4 (decode)%s", B, aligned ? " aligned" : ""), dtype,
+                        modeName(mode), lowp(dtype), false,
+                        [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, mode, dtype, B, 96, 72, 4, aligned); });
+    // DETERMINISTIC's fused decode product (the chain tile: one row, 256 … 2048 inputs): both of the rmsnorm's sum
+    // orders (128 threads up to 1,024 wide, 256 beyond), 16-byte and single sums (aligned or padded rows), conv widths 4
+    // and 3 — bit for bit against the ops run apart
     for (int dtype : dtypes)
-        add("normLinearConv", "B=1 d=768 E=1536 K=4 (130m decode)", dtype, "fast", lowp(dtype), true,
-            [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, GemmMode::Fast, dtype, 1, 768, 1536, 4); });
+        for (int d : {264, 1040})
+            for (bool aligned : {false, true}) {
+                add("normLinear", format("rows=1 d=%d out=72 %s (det decode)", d, aligned ? "aligned" : "ld+"), dtype, "det",
+                    lowp(dtype), false,
+                    [=](Ops& o, uint64_t s) { return normLinearCase(o, s, GemmMode::Deterministic, dtype, 1, d, 72, true, aligned); });
+                const int K = d == 264 ? 4 : 3;
+                add("normLinearConv", format("B=1 d=%d E=40 K=%d%s (det decode)", d, K, aligned ? " aligned" : ""), dtype,
+                    "det", lowp(dtype), false,
+                    [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, GemmMode::Deterministic, dtype, 1, d, 40, K, aligned); });
+            }
+    // the real decode shapes, fused, in both modes (timed with --big --time); 2.8b's width takes the rmsnorm's
+    // 256-thread sum order, and normLinear's rows = 5 the chain tile's several rows
     for (int dtype : dtypes)
-        add("normLinear", "rows=1 d=768 out=3072 (decode)", dtype, "fast", lowp(dtype), true,
-            [=](Ops& o, uint64_t s) { return normLinearCase(o, s, GemmMode::Fast, dtype, 1, 768, 3072, false); });
+        for (GemmMode mode : {GemmMode::Fast, GemmMode::Deterministic}) {
+            add("normLinearConv", "B=1 d=768 E=1536 K=4 (130m decode)", dtype, modeName(mode), lowp(dtype), true,
+                [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, mode, dtype, 1, 768, 1536, 4, true); });
+            add("normLinearConv", "B=1 d=2560 E=5120 K=4 (2.8b decode)", dtype, modeName(mode), lowp(dtype), true,
+                [=](Ops& o, uint64_t s) { return normLinearConvCase(o, s, mode, dtype, 1, 2560, 5120, 4, true); });
+            for (int64_t rows : {1, 5})
+                add("normLinear", format("rows=%lld d=768 out=3072 (decode)", static_cast<long long>(rows)), dtype,
+                    modeName(mode), lowp(dtype), true,
+                    [=](Ops& o, uint64_t s) { return normLinearCase(o, s, mode, dtype, rows, 768, 3072, false, true); });
+        }
     for (int64_t rows : {1, 7, 64})
         for (int d : {96, 1000})
             for (float beta : {0.f, 1.f})

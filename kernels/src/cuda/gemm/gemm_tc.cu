@@ -9,7 +9,9 @@
 // stream the weights for decode, big ones reuse them for prefill) without changing a bit. The op cases
 // `invariant.gemm.forward` (B = 1 … 4096) and `tiles.gemm.tensor` (every tile on one product) check exactly this.
 //
-// The kernel is the classic Ampere pipeline (it runs on sm_80 and sm_90):
+// The chain tile (one-row decode of the 130m/370m-sized products, and DETERMINISTIC's fused rmsnorm + in_proj + conv
+// step) has a warp per chain and its weights in registers: its own section below. The other kernels here are the
+// classic Ampere pipeline (they run on sm_80 and sm_90):
 //  - W tiles stream through S shared-memory stages with cp.async (16-byte chunks, zero-filled past the edges);
 //  - x is f32 in memory: each thread loads its chunk of the NEXT tile into registers before computing the current
 //    one, and rounds it to W's type into shared memory afterwards, so no separate packing kernel runs;
@@ -19,7 +21,10 @@
 #include "gemm_tc_parts.cuh"
 
 #include "../kernels.h"
+#include "../conv_step.cuh"
+#include "../cp_async.cuh"
 #include "../lowp.cuh"
+#include "../rmsnorm_row.cuh"
 #include "mamba/mamba.h"
 
 #include <algorithm>
@@ -307,6 +312,229 @@ __global__ void __launch_bounds__(32 * WM * WN, kMinBlocks) packedTierKernel(TcA
     storeOutputs<MT, NT>(a, acc, m0 + wm * MT * 16, n0 + wn * NT * 16, lane);
 }
 
+// -- the chain family: ≤ 8 rows, one warp per chain, the weights straight from memory into registers --
+//
+// Decode is bound by a chain's latency and by how many weight bytes are in flight, not by the tensor cores. A warp
+// owns one chain: 8 output columns over one part of k. Lane (g, t) of the m16n8k16 fragment layout loads the two
+// 4-byte pieces of column g that its B fragment holds (k + 2t and k + 8 + 2t) for kChainDepth steps ahead into a
+// register ring, so the loads of a whole product are issued before anything waits, and the first ones before
+// pdlWait(). The loads are predicated, never branched around (a branch merged the ring into register copies, and a copy
+// waits for its load: every step then waited a full L2 round trip, 2–3× slower). x (at most 8 rows, the fragment's
+// upper half; its lower half is zeros) is rounded to T once per block into shared memory in fragment order, one
+// 8-byte read per lane and step; with an rmsnorm prologue the block stages the row and the norm's weights by cp.async
+// and normalises there (rmsnorm_row.cuh: the rmsnorm kernel's bits). A split weight's parts are warps of the same
+// block, added in part order through shared memory as the cluster tiles add them. The conv epilogue (decode's in_proj,
+// one row) runs convSilu's step on the finished outputs (conv_step.cuh: its bits).
+//
+// What bounds it (H200, docs/benchmarks.md "The chain tile"): ≈ 40 ns per k16 step of a chain — the 96-step 130m
+// out_proj takes 6.5 µs, the few-rows TMA tile 8.7 — and the 4-byte loads, which stream the 1.4b/2.8b products slower
+// than TMA; chainTakes picks it only where it wins.
+
+constexpr int kChainDepth = 32;  // k16 steps of weights in flight per lane (two registers each)
+
+struct ChainFusion {
+    NormPrologue norm;    // NORM: the rmsnorm in front (norm.x → x, also written to norm.y)
+    int norm_threads;     // the rmsnorm kernel's threads for this width (its sum order)
+    bool norm_vec;        // ... and whether it sums 16-byte chunks
+    ConvEpilogue conv;    // CONV: decode's conv step on the outputs below conv.channels
+};
+
+/** Words (pairs of 16-bit x) per staged row: conflict-free 8-byte fragment reads across the rows (stride ≡ 8 mod 32). */
+__host__ __device__ inline int chainXLd(int in) {
+    const int words = (in + 15) / 16 * 8;
+    return words + (40 - words % 32) % 32;
+}
+
+/**
+ * A 4-byte weight piece, or 0 where !ok: one predicated load, no branch. (A branch around the load would merge into a
+ * copy of the ring's register, and a copy waits for the load to land.)
+ */
+__device__ __forceinline__ uint32_t chainPiece(const void* p, bool ok) {
+    uint32_t v;
+    asm volatile(
+        "{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n mov.b32 %0, 0;\n @q ld.global.nc.b32 %0, [%1];\n}\n"
+        : "=r"(v)
+        : "l"(p), "r"(static_cast<int>(ok)));
+    return v;
+}
+
+template <typename T, int WARPS, bool NORM, bool CONV>
+__global__ void __launch_bounds__(32 * WARPS) chainTierKernel(TcArgs a, KSplit split, ChainFusion f) {
+    extern __shared__ __align__(16) uint32_t xs[];  // [rows + 1][chainXLd] pairs of T (the last row zeros)
+    __shared__ float sums[WARPS][8][8];  // raw chain sums of a split weight, [warp][row][column]
+    __shared__ float normPart[kRmsnormMaxWarps + 1];
+    __shared__ float convIn[CONV ? WARPS : 1][8][8];  // per output: taps 0–3, history 0–2, bias
+    const int lane = static_cast<int>(threadIdx.x & 31), warp = static_cast<int>(threadIdx.x >> 5);
+    const int g = lane >> 2, t = lane & 3;
+    const int rows = static_cast<int>(a.rows), P = split.parts, K = a.in;
+    const int chain = static_cast<int>(blockIdx.x) * WARPS + warp;  // parts fastest: a column group's parts share a block
+    const int part = chain % P, n0 = chain / P * 8;
+    const int kBegin = P > 1 ? part * split.part : 0;
+    const int kEnd = P > 1 ? min(K, kBegin + split.part) : K;
+    const int steps = n0 < a.out && kEnd > kBegin ? (kEnd - kBegin + 15) / 16 : 0;
+    // Step s's two pieces are words 8s and 8s + 4 of the lane's column from kBegin + 2t on; the first exists for every
+    // step, the second not in a last half chunk (K % 8 == 0: whole pairs); zeros past the edges.
+    const int full = n0 + g < a.out ? (kEnd - kBegin) / 16 : 0, pieces = n0 + g < a.out ? steps : 0;
+    const uint32_t* wq = reinterpret_cast<const uint32_t*>(static_cast<const T*>(a.w) +
+                                                           static_cast<int64_t>(n0 + g < a.out ? n0 + g : 0) * K + kBegin + 2 * t);
+    auto load = [&](int s, uint32_t(&r)[2]) {
+        r[0] = chainPiece(wq + 8 * s, s < pieces);
+        r[1] = chainPiece(wq + 8 * s + 4, s < full);
+    };
+    uint32_t ring[kChainDepth][2];
+#pragma unroll
+    for (int j = 0; j < kChainDepth; ++j) load(j, ring[j]);  // weights first: they do not depend on the previous kernel
+    // The rmsnorm's input row and weights are staged in shared memory behind x's words by copies that are all in flight
+    // at once (its sums, done from there, would otherwise wait on one load after another): the weights before
+    // pdlWait(), like the product's.
+    const int ldxs = chainXLd(K), quads = (K + 15) / 16 * 4;
+    float* const xraw = reinterpret_cast<float*>(xs + (rows + 1) * ldxs);
+    float* const wraw = xraw + quads * 4;
+    auto stage = [&](float* dst, const float* src) {
+        if (f.norm_vec) {
+            for (int i = static_cast<int>(threadIdx.x); i < K / 4; i += 32 * WARPS) cpAsync16(smemAddr(dst + 4 * i), src + 4 * i, 16);
+        } else {
+            for (int i = static_cast<int>(threadIdx.x); i < K; i += 32 * WARPS) cpAsync4(dst + i, src + i);
+        }
+    };
+    if constexpr (NORM) stage(wraw, f.norm.w);
+    pdlWait();
+    pdlLaunchDependents();
+    if constexpr (NORM) stage(xraw, f.norm.x);
+
+    if constexpr (CONV) {  // the conv step's inputs, while the chain runs
+        const ConvEpilogue& c = f.conv;
+        const int Kc = c.width, H = Kc - 1;
+        for (int q = lane; q < 64; q += 32) {
+            const int o = n0 + q / 8, slot = q % 8;
+            const float* src = nullptr;
+            if (o < c.channels) {
+                if (slot < 4) src = slot < Kc ? c.w + o * Kc + slot : nullptr;
+                else if (slot < 7) src = slot - 4 < H ? c.history + static_cast<int64_t>(o) * H + slot - 4 : nullptr;
+                else src = c.bias + o;
+            }
+            if (src) cpAsync4(&convIn[warp][q / 8][slot], src);
+        }
+    }
+
+    // x rounded to T into xs, four values at a time, in fragment order: step s's words for lane t are 8s + 2t (k 16s
+    // + 2t, + 1) and 8s + 2t + 1 (k 16s + 8 + 2t, + 1), one 8-byte read. Zeros from K up to whole k16 chunks, and a
+    // row of zeros after the rows (row `rows`), which the lanes of the rows that do not exist read.
+    auto word = [](int k) { return k / 16 * 8 + (k % 8) / 2 * 2 + (k % 16) / 8; };  // of the pair at even k
+    auto put = [&](int r, int k, const float (&v)[4]) {
+        xs[r * ldxs + word(k)] = packPair<T>(v[0], v[1]);
+        xs[r * ldxs + word(k + 2)] = packPair<T>(v[2], v[3]);
+    };
+    if constexpr (NORM) {  // one row (tensorTierFuses)
+        cpAsyncWaitAll();
+        __syncthreads();
+        const float scale = rmsnormScale(xraw, K, f.norm.eps, f.norm_vec, f.norm_threads, normPart);
+        for (int c = static_cast<int>(threadIdx.x); c < quads; c += 32 * WARPS) {
+            const int k = 4 * c;
+            float v[4] = {0.f, 0.f, 0.f, 0.f};
+            if (k < K) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v[i] = rmsnormValue(xraw[k + i], wraw[k + i], scale);
+                if (blockIdx.x == 0) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) f.norm.y[k + i] = v[i];
+                }
+            }
+            put(0, k, v);
+        }
+    } else {
+        for (int r = 0; r < rows; ++r) {
+            const float* xr = a.x + r * a.ldx;
+#pragma unroll 4
+            for (int c = static_cast<int>(threadIdx.x); c < quads; c += 32 * WARPS) {
+                const int k = 4 * c;
+                float v[4] = {0.f, 0.f, 0.f, 0.f};
+                if (k < K) {
+                    const float4 q = *reinterpret_cast<const float4*>(xr + k);
+                    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+                }
+                put(r, k, v);
+            }
+        }
+    }
+    for (int c = static_cast<int>(threadIdx.x); c < 2 * quads; c += 32 * WARPS) xs[rows * ldxs + c] = 0u;
+    __syncthreads();
+
+    // The chain: one mma per 16 k, in ascending k, from +0. Each step's mma reads its ring slot before the load of
+    // step + kChainDepth refills it (so the slot's register is reused, never copied: a copy would wait for the load),
+    // and the next step's x is read before this step's mma.
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    const uint2* xa = reinterpret_cast<const uint2*>(xs + (g < rows ? g : rows) * ldxs + kBegin / 2) + t;
+    uint2 xnext = xa[0];
+    auto step = [&](int s, const uint32_t(&b)[2]) {
+        const uint2 x = xnext;
+        xnext = xa[4 * min(s + 1, steps - 1)];
+        const uint32_t af[4] = {x.x, 0u, x.y, 0u};
+        mma16816<T>(acc, af, b[0], b[1]);
+    };
+    int s0 = 0;
+    for (; s0 + kChainDepth <= steps; s0 += kChainDepth) {
+#pragma unroll
+        for (int j = 0; j < kChainDepth; ++j) {
+            step(s0 + j, ring[j]);
+            load(s0 + j + kChainDepth, ring[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kChainDepth; ++j)  // the last steps, already in the ring
+        if (s0 + j < steps) step(s0 + j, ring[j]);
+    const bool rowOk = g < rows;
+
+    // Fragment element e < 2 of lane (g, t): row g, column n0 + 2t + e (elements 2, 3 are the zero rows g + 8).
+    float out[2] = {acc[0], acc[1]};
+    bool owner = true;
+    if (P > 1) {  // the parts of a column group are warps part 0 … P − 1 of this block: added in part order
+        if (rowOk) sums[warp][g][2 * t] = acc[0], sums[warp][g][2 * t + 1] = acc[1];
+        __syncthreads();
+        owner = part == 0;
+        if (owner && rowOk) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float v = sums[warp][g][2 * t + e];
+                for (int p = 1; p < P; ++p) v += sums[warp + p][g][2 * t + e];
+                out[e] = v;
+            }
+        }
+    }
+    if constexpr (CONV) {
+        cpAsyncWaitAll();
+        __syncwarp();
+    }
+    if (!owner || !rowOk) return;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int col = n0 + 2 * t + e;
+        if (col >= a.out) continue;
+        float* yp = a.y + static_cast<int64_t>(g) * a.ldy + col;
+        const float v = finishValue(a, col, yp, out[e]);
+        *yp = v;
+        if constexpr (CONV) {  // one row: g == 0
+            const ConvEpilogue& c = f.conv;
+            if (col < c.channels) {
+                constexpr int W = kConvEpilogueMaxWidth;
+                const float* slot = convIn[warp][2 * t + e];
+                const int Kc = c.width, H = Kc - 1;
+                float w[W], win[W];
+#pragma unroll
+                for (int k = 0; k < W; ++k) {
+                    w[k] = k < Kc ? slot[k] : 0.f;
+                    win[k] = k < H ? slot[4 + k] : k == H ? v : 0.f;
+                }
+                c.u[col] = convSiluStep(w, win, Kc, slot[7]);
+                float* hist = c.history + static_cast<int64_t>(col) * H;
+#pragma unroll
+                for (int k = 0; k + 1 < W; ++k)
+                    if (k < H) hist[k] = win[k + 1];
+            }
+        }
+    }
+}
+
 // ---- launching ----
 
 /** Opts a kernel in to `bytes` of dynamic shared memory (an attribute of the device context: set on every launch,
@@ -340,11 +568,63 @@ void launchPacked(const Exec& ex, const TcArgs& a, const T* xp) {
            dim3(L::kThreads), L::kSmem, a, xp);
 }
 
+/** Bytes of x the chain tile stages per block, and the most it may: several blocks per SM, one fixed attribute. */
+size_t chainSmem(int64_t rows, int in, bool norm) {
+    const size_t raw = norm ? size_t{2} * ((in + 15) / 16 * 16) : 0;  // the rmsnorm's staged row and weights
+    return (static_cast<size_t>(rows + 1) * chainXLd(in) + raw) * 4;
+}
+constexpr size_t kChainMaxSmem = 96 * 1024;
+bool chainFits(int64_t rows, int in, bool norm) {
+    return rows >= 1 && rows <= kChainMaxRows && chainSmem(rows, in, norm) <= kChainMaxSmem;
+}
+
+/**
+ * Whether the auto rule (and the fused decode product) takes the chain tile: one row of a product whose chains' latency,
+ * not its bytes, sets the time — the 130m/370m in_proj, x_proj and out_proj (H200 2026-12-04, weights streamed from
+ * L2 by gemm_tc_bench: 0.6–0.85× the few-rows TMA tile's time). Not the shallow dt_proj (2.7 against 2.4 µs), not the
+ * bandwidth-bound products of wider models: the chain tile's 4-byte loads stream 1.4b/2.8b in_proj at 0.8× the TMA
+ * tile's rate from L2 and slower from HBM (their decode steps, fused: +30% and +21%). At more rows every block stages
+ * every row of x, and the chain tile loses to the TMA tiles (130m in_proj at 8 rows: 9.5 against 5.7 µs).
+ */
+bool chainTakes(int64_t rows, int out, int in, bool norm) {
+    return rows == 1 && chainFits(rows, in, norm) && in >= 256 && in <= 2048 &&
+           static_cast<int64_t>(out) * in <= int64_t{4096} * 1024;
+}
+
+/** Warps per block of the chain tile: a split weight's parts side by side (they add up in the block), at least 2. */
+int chainWarps(const KSplit& split) { return split.parts > 4 ? 8 : split.parts > 2 ? 4 : 2; }
+
+template <typename T, int WARPS, bool NORM, bool CONV>
+void launchChainWarps(const Exec& ex, const TcArgs& a, const KSplit& split, const ChainFusion& f) {
+    const auto kernel = chainTierKernel<T, WARPS, NORM, CONV>;
+    const size_t smem = chainSmem(a.rows, a.in, NORM);
+    optIn(ex, kernel, smem, kChainMaxSmem);
+    const int64_t chains = static_cast<int64_t>(blocksFor(a.out, 8)) * split.parts;
+    launch("gemm (tensor-core tier, chain)", ex, kernel, dim3(blocksFor(chains, WARPS)), dim3(32 * WARPS), smem, a,
+           split, f);
+}
+
+template <typename T, bool NORM, bool CONV>
+void launchChain(const Exec& ex, const TcArgs& a, const KSplit& split, const ChainFusion& f) {
+    if (!chainFits(a.rows, a.in, NORM))
+        throw std::logic_error("gemm (tensor-core tier): the chain tile takes 1 to 8 rows of at most 96 KiB in shared memory");
+    if constexpr (NORM) {  // a norm's product is never split (tensorTierFuses); 4 warps share a block's staging
+        launchChainWarps<T, 4, NORM, CONV>(ex, a, split, f);
+    } else {
+        switch (chainWarps(split)) {
+            case 2: launchChainWarps<T, 2, false, false>(ex, a, split, f); break;
+            case 4: launchChainWarps<T, 4, false, false>(ex, a, split, f); break;
+            default: launchChainWarps<T, 8, false, false>(ex, a, split, f); break;
+        }
+    }
+}
+
 template <typename T>
 void launchTile(const Exec& ex, const TcArgs& a, const void* xp, TcTile tile, const KSplit& split = {}) {
     const T* p = static_cast<const T*>(xp);
     switch (tile) {
         case TcTile::kDecode32: launchDecode<T, 2>(ex, a); break;
+        case TcTile::kChain: launchChain<T, false, false>(ex, a, split, ChainFusion{}); break;
         case TcTile::k64x32: launchPacked<T, 2, 2, 2, 1, 6, 1>(ex, a, p); break;
         case TcTile::k128x128: launchPacked<T, 2, 4, 4, 2, 3, 2>(ex, a, p); break;
         case TcTile::kTma128x256:
@@ -369,6 +649,7 @@ TcTile pickTile(const Exec& ex, int64_t rows, int out, int in, int parts, bool x
     // 0.2–0.6 µs; 0.4–2.6 µs slower on the wide, deep ones); from 128 rows the TMA + wgmma tile, once it has 32
     // blocks (fewer: 130m's in_proj and the narrow x_proj at 256 rows, where the 64×32 tiles' many blocks win) or
     // when the weight's chains are cut into parts (only the TMA tiles run those).
+    if (xOnChip && chainTakes(rows, out, in, false)) return TcTile::kChain;
     if (ex.cc == 90 && rows <= 64)
         return xOnChip && (out <= 256 || in <= 1024) ? TcTile::kFewRowsF32x : TcTile::kFewRows;
     if (ex.cc == 90 && (parts > 1 || ((rows + 127) / 128) * ((out + 255) / 256) >= 32)) return TcTile::kTma128x256;
@@ -385,9 +666,9 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
  */
 void runTile(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, const KSplit& split, void* workspace,
              size_t workspace_bytes) {
-    const bool f32x = tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x;
-    if (f32x && (a.rows > 16 || tensorTierPacks(a.x, a.ldx, 1)))
-        throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows");
+    const bool f32x = tile == TcTile::kDecode32 || tile == TcTile::kFewRowsF32x || tile == TcTile::kChain;
+    if (f32x && (a.rows > (tile == TcTile::kChain ? kChainMaxRows : 16) || tensorTierPacks(a.x, a.ldx, 1)))
+        throw std::logic_error("gemm (tensor-core tier): decode tiles take ≤ 16 aligned rows (the chain tile ≤ 8)");
     int64_t chunk = a.rows;
     if (!f32x) {
         chunk = static_cast<int64_t>(workspace_bytes / (static_cast<size_t>(a.in) * 2));
@@ -410,7 +691,7 @@ void runTile(const Exec& ex, const TcArgs& a, int wdtype, TcTile tile, const KSp
 int tensorTierParts(const Exec& ex, int out, int in) { return tierSplit(ex, out, in).parts; }
 
 bool tensorTileRuns(const Exec& ex, TcTile tile) {
-    return tile < TcTile::kTma128x256 || ex.cc == 90;
+    return tile < TcTile::kTma128x256 || tile == TcTile::kChain || ex.cc == 90;
 }
 
 bool tensorTierTakes(const void* w, int wdtype, int in) {
@@ -432,9 +713,37 @@ void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, c
     const KSplit split = tierSplit(ex, out, in);
     const int parts = split.parts;
     if (tile == TcTile::kAuto) tile = pickTile(ex, rows, out, in, parts, !tensorTierPacks(x, ldx, rows));
-    if (parts > 1 && tile != TcTile::kFewRows && tile != TcTile::kTma128x256 && tile != TcTile::kFewRowsF32x)
-        throw std::logic_error("gemm (tensor-core tier): a product split over k runs on the TMA tiles only");
+    if (parts > 1 && tile != TcTile::kFewRows && tile != TcTile::kTma128x256 && tile != TcTile::kFewRowsF32x &&
+        tile != TcTile::kChain)
+        throw std::logic_error("gemm (tensor-core tier): a product split over k runs on the TMA and chain tiles only");
     runTile(ex, a, wdtype, tile, split, workspace, workspace_bytes);
+}
+
+bool tensorTierFuses(const Exec& ex, int64_t rows, const void* w, int wdtype, int out, int in, const ConvEpilogue* conv) {
+    if (!tensorTierTakes(w, wdtype, in) || !chainTakes(rows, out, in, true) || tierSplit(ex, out, in).parts != 1)
+        return false;
+    return !conv || (rows == 1 && conv->width >= 1 && conv->width <= kConvEpilogueMaxWidth && conv->channels <= out);
+}
+
+void gemmTensorTierFused(const Exec& ex, int64_t rows, const void* w, int wdtype, int out, int in, const float* bias,
+                         float* y, int64_t ldy, float beta, const NormPrologue& norm, const ConvEpilogue* conv) {
+    if (rows <= 0 || out <= 0) return;
+    if (!tensorTierFuses(ex, rows, w, wdtype, out, in, conv))
+        throw std::logic_error("gemm (tensor-core tier): a fused product it does not take");
+    const TcArgs a{norm.y, norm.ldy, rows, w, out, in, bias, y, ldy, beta};
+    ChainFusion f{};
+    f.norm = norm;
+    f.norm_threads = rmsnormThreads(in);
+    f.norm_vec = rmsnormVectorised(in, norm.ldx, norm.ldy, norm.x, norm.y, norm.w);
+    if (conv) f.conv = *conv;
+    const bool bf16 = wdtype == DTYPE_BF16;
+    if (conv) {
+        if (bf16) launchChain<__nv_bfloat16, true, true>(ex, a, KSplit{}, f);
+        else launchChain<__half, true, true>(ex, a, KSplit{}, f);
+    } else {
+        if (bf16) launchChain<__nv_bfloat16, true, false>(ex, a, KSplit{}, f);
+        else launchChain<__half, true, false>(ex, a, KSplit{}, f);
+    }
 }
 
 }  // namespace mamba::cuda

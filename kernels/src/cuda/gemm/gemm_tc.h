@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../cuda_check.h"
+#include "gemv.h"
 
 #include <cstdint>
 
@@ -21,9 +22,13 @@ bool tensorTierPacks(const float* x, int64_t ldx, int64_t rows);
 /**
  * Tile shapes of the tier (they change speed, never bits); kAuto picks one from the shape. For tests/benchmarks.
  * kTma128x256, kFewRows and kFewRowsF32x run TMA + wgmma (gemm_tc_sm90a.cu) and exist on compute capability 9.0 only
- * (tensorTileRuns); kDecode32 and kFewRowsF32x read f32 x directly (≤ 16 aligned rows), the others x packed to W's type.
+ * (tensorTileRuns); kDecode32 and kFewRowsF32x read f32 x directly (≤ 16 aligned rows), kChain too (≤ 8 aligned rows,
+ * one warp per chain, the decode tile that can fuse the rmsnorm and the conv step), the others x packed to W's type.
  */
-enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kFewRows, kFewRowsF32x, kCount };
+enum class TcTile { kAuto = -1, kDecode32, k64x32, k128x128, kTma128x256, kFewRows, kFewRowsF32x, kChain, kCount };
+
+/** The most rows the chain tile takes (the rows of one mma fragment's upper half). */
+constexpr int kChainMaxRows = 8;
 
 /**
  * Into how many parts of k every output's chain of this weight is cut on this device: 1, except on Hopper for deep
@@ -50,5 +55,22 @@ bool tensorTileRuns(const Exec& ex, TcTile tile);
 void gemmTensorTier(const Exec& ex, const float* x, int64_t ldx, int64_t rows, const void* w, int wdtype, int out,
                     int in, const float* bias, float* y, int64_t ldy, float beta, void* workspace,
                     size_t workspace_bytes, TcTile tile = TcTile::kAuto);
+
+/**
+ * Whether gemmTensorTierFused runs this product: the tier takes the weight, unsplit (tensorTierParts 1), and it is one
+ * the chain tile is chosen for (one row — decode at B = 1 — of a weight whose chains' latency sets the time: gemm_tc.cu's
+ * chainTakes); with a conv step its width is at most kConvEpilogueMaxWidth and its channels at most the outputs. The
+ * caller checks that the buffers do not overlap.
+ */
+bool tensorTierFuses(const Exec& ex, int64_t rows, const void* w, int wdtype, int out, int in, const ConvEpilogue* conv);
+
+/**
+ * gemmTensorTier on x = rmsnorm(norm.x) (which it also writes to norm.y, as the rmsnorm kernel would), on the chain
+ * tile — and with `conv`, decode's conv step on the outputs below conv->channels (ConvEpilogue, one row). The bits are
+ * those of the rmsnorm kernel, then gemmTensorTier, then convSilu: the rmsnorm's sum order is rmsnorm_row.cuh's, the
+ * conv step conv_step.cuh's, so DETERMINISTIC decode steps keep prefill's bits.
+ */
+void gemmTensorTierFused(const Exec& ex, int64_t rows, const void* w, int wdtype, int out, int in, const float* bias,
+                         float* y, int64_t ldy, float beta, const NormPrologue& norm, const ConvEpilogue* conv);
 
 }  // namespace mamba::cuda

@@ -20,7 +20,11 @@ class GemmModeTest {
     static final int STEPS = 6, INPUT = 16;
 
     static MambaModel model(Device device, DType dtype, GemmMode mode) {
-        Mamba1Config c = Mamba1Config.builder().dModel(64).layers(2).build();
+        return model(device, dtype, mode, 64);
+    }
+
+    static MambaModel model(Device device, DType dtype, GemmMode mode, int dModel) {
+        Mamba1Config c = Mamba1Config.builder().dModel(dModel).layers(2).build();
         MambaModel m = MambaModel.builder(c).inputDim(INPUT).device(device).dtype(dtype).gemmMode(mode).seed(11).build();
         TestUtil.randomizeWeights(m, new Random(5));
         return m;
@@ -103,21 +107,27 @@ class GemmModeTest {
 
     @Test
     void deterministicPrefillEqualsItsSteps() {
-        try (MambaModel m = model(Device.cpu(), DType.F32, GemmMode.DETERMINISTIC);
-             MambaState a = m.newState(3);
-             MambaState b = m.newState(3)) {
+        try (MambaModel m = model(Device.cpu(), DType.F32, GemmMode.DETERMINISTIC)) {
+            prefillEqualsItsSteps(m, 3);
+        }
+    }
+
+    /** A prefill of `rows` rows × 9 tokens and 9 steps of the same rows: the same last outputs and states, bit for bit. */
+    static void prefillEqualsItsSteps(MambaModel m, int rows) {
+        try (MambaState a = m.newState(rows);
+             MambaState b = m.newState(rows)) {
             Random rng = new Random(23);
             int T = 9;
-            float[] x = TestUtil.random(rng, 3 * T * INPUT, 1.0);
+            float[] x = TestUtil.random(rng, rows * T * INPUT, 1.0);
             float[] last = m.prefill(a, x, T);
             float[] y = null;
             for (int t = 0; t < T; t++) {
-                float[] xt = new float[3 * INPUT];
-                for (int r = 0; r < 3; r++) System.arraycopy(x, (r * T + t) * INPUT, xt, r * INPUT, INPUT);
+                float[] xt = new float[rows * INPUT];
+                for (int r = 0; r < rows; r++) System.arraycopy(x, (r * T + t) * INPUT, xt, r * INPUT, INPUT);
                 y = m.step(b, xt);
             }
             assertArrayEquals(y, last, "prefill(T) vs T steps");
-            assertArrayEquals(b.readRow(2), a.readRow(2), "states");
+            assertArrayEquals(b.readRow(rows - 1), a.readRow(rows - 1), "states");
         }
     }
 

@@ -25,6 +25,22 @@ class GpuGemmModeTest {
         }
     }
 
+    /**
+     * From d_model 256 a one-row decode step runs the chain tile, with in_proj's rmsnorm and conv step inside it: its
+     * bits must still be those of every other batch size (TMA tiles, the rmsnorm and conv kernels) and of a prefill.
+     */
+    @ParameterizedTest
+    @EnumSource(value = DType.class, names = {"BF16", "F16"})
+    void deterministicOneRowDecodeKeepsTheBitsOfEveryPath(DType dtype) {
+        try (MambaModel m = GemmModeTest.model(Device.cuda(0), dtype, GemmMode.DETERMINISTIC, 256)) {
+            GemmModeTest.decodeIsBatchInvariant(m);
+            GemmModeTest.prefillEqualsItsSteps(m, 1);
+            m.setCudaGraphs(true);
+            GemmModeTest.decodeIsBatchInvariant(m);
+            GemmModeTest.prefillEqualsItsSteps(m, 1);
+        }
+    }
+
     @ParameterizedTest
     @EnumSource(GemmMode.class)
     void trainingIsRunToRunIdentical(GemmMode mode) {
