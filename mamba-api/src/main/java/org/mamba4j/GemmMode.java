@@ -40,10 +40,12 @@ public enum GemmMode {
      * scan equals its decode steps bit for bit and does not depend on the batch. Mamba-3's CUDA prefill still uses
      * its chunked kernels for 32 steps and more: equal to its steps to f32 rounding, not bit for bit.
      *
-     * <p>The cost on an H200 (BF16, graphs, 2026-12-04): a one-row decode step takes 1.2–2.1× the fast mode's (no
-     * fusions, and the tensor-core tier where the fast mode has its own GEMV), a Mamba-1 prefill of 1,024–4,096 tokens
-     * 1.16–1.30× (the products; both modes' long one-row prefills walk the same scan); batched decode (8–64 rows) is within 10% of the fast mode, and faster than it for the
-     * 1.4b and 2.8b shapes. Not the default for the one-row and prefill costs.
+     * <p>The cost on an H200 (BF16, graphs, 2026-12-04): a one-row decode step takes 1.2–2.0× the fast mode's (each
+     * output is one chain of dependent tensor-core steps where the fast mode's GEMV splits the sum over lanes; the
+     * rmsnorm and conv step ride in the 130m/370m-sized in_proj as in the fast mode, bit for bit with the ops apart),
+     * a Mamba-1 prefill of 1,024–4,096 tokens 1.18–1.32× (the products; both modes' long one-row prefills walk the same
+     * scan); batched decode (8–64 rows) is within 10% of the fast mode, and faster than it for the 1.4b and 2.8b shapes.
+     * Not the default for the one-row and prefill costs.
      */
     DETERMINISTIC(0),
     /**
