@@ -21,7 +21,7 @@
 #include "gemm_tc_parts.cuh"
 
 #include "../kernels.h"
-#include "../conv_step.cuh"
+#include "conv_epilogue.cuh"
 #include "../cp_async.cuh"
 #include "../lowp.cuh"
 #include "../rmsnorm_row.cuh"
@@ -402,20 +402,8 @@ __global__ void __launch_bounds__(32 * WARPS) chainTierKernel(TcArgs a, KSplit s
     pdlLaunchDependents();
     if constexpr (NORM) stage(xraw, f.norm.x);
 
-    if constexpr (CONV) {  // the conv step's inputs, while the chain runs
-        const ConvEpilogue& c = f.conv;
-        const int Kc = c.width, H = Kc - 1;
-        for (int q = lane; q < 64; q += 32) {
-            const int o = n0 + q / 8, slot = q % 8;
-            const float* src = nullptr;
-            if (o < c.channels) {
-                if (slot < 4) src = slot < Kc ? c.w + o * Kc + slot : nullptr;
-                else if (slot < 7) src = slot - 4 < H ? c.history + static_cast<int64_t>(o) * H + slot - 4 : nullptr;
-                else src = c.bias + o;
-            }
-            if (src) cpAsync4(&convIn[warp][q / 8][slot], src);
-        }
-    }
+    if constexpr (CONV)  // the conv step's inputs, while the chain runs
+        for (int q = lane; q < 64; q += 32) loadConvSlotEntry(f.conv, n0 + q / 8, q % 8, convIn[warp][q / 8]);
 
     // x rounded to T into xs, four values at a time, in fragment order: step s's words for lane t are 8s + 2t (k 16s
     // + 2t, + 1) and 8s + 2t + 1 (k 16s + 8 + 2t, + 1), one 8-byte read. Zeros from K up to whole k16 chunks, and a
@@ -513,25 +501,8 @@ __global__ void __launch_bounds__(32 * WARPS) chainTierKernel(TcArgs a, KSplit s
         float* yp = a.y + static_cast<int64_t>(g) * a.ldy + col;
         const float v = finishValue(a, col, yp, out[e]);
         *yp = v;
-        if constexpr (CONV) {  // one row: g == 0
-            const ConvEpilogue& c = f.conv;
-            if (col < c.channels) {
-                constexpr int W = kConvEpilogueMaxWidth;
-                const float* slot = convIn[warp][2 * t + e];
-                const int Kc = c.width, H = Kc - 1;
-                float w[W], win[W];
-#pragma unroll
-                for (int k = 0; k < W; ++k) {
-                    w[k] = k < Kc ? slot[k] : 0.f;
-                    win[k] = k < H ? slot[4 + k] : k == H ? v : 0.f;
-                }
-                c.u[col] = convSiluStep(w, win, Kc, slot[7]);
-                float* hist = c.history + static_cast<int64_t>(col) * H;
-#pragma unroll
-                for (int k = 0; k + 1 < W; ++k)
-                    if (k < H) hist[k] = win[k + 1];
-            }
-        }
+        if constexpr (CONV)  // one row: g == 0
+            if (col < f.conv.channels) convSlotStep(f.conv, col, convIn[warp][2 * t + e], v);
     }
 }
 

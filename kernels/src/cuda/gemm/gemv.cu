@@ -14,7 +14,7 @@
 //    kernel, so with programmatic dependent launch their latency hides under the previous kernel's tail.
 #include "gemv.h"
 
-#include "../conv_step.cuh"
+#include "conv_epilogue.cuh"
 #include "../cp_async.cuh"
 #include "../lane_load.cuh"
 #include "../lowp.cuh"
@@ -53,14 +53,7 @@ struct GemvArgs {
  * spilled).
  */
 __device__ __forceinline__ void loadConvInputs(const ConvEpilogue& c, int o, int lane, float* slot) {
-    if (o >= c.channels || lane >= 8) return;
-    const int K = c.width, H = K - 1;
-    const float* src = nullptr;
-    if (lane < 4) src = lane < K ? c.w + o * K + lane : nullptr;
-    else if (lane < 7) src = lane - 4 < H ? c.history + static_cast<int64_t>(o) * H + lane - 4 : nullptr;
-    else src = c.bias + o;
-    if (!src) return;
-    cpAsync4(slot + lane, src);
+    if (lane < 8) loadConvSlotEntry(c, o, lane, slot);
 }
 
 /**
@@ -70,20 +63,7 @@ __device__ __forceinline__ void loadConvInputs(const ConvEpilogue& c, int o, int
 __device__ __forceinline__ void convEpilogue(const ConvEpilogue& c, int o, int lane, float* slot, float x) {
     cpAsyncWaitAll();
     __syncwarp();
-    if (lane != 0 || o >= c.channels) return;
-    constexpr int W = kConvEpilogueMaxWidth;
-    const int K = c.width, H = K - 1;
-    float w[W], win[W];
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-        w[k] = k < K ? slot[k] : 0.f;
-        win[k] = k < H ? slot[4 + k] : k == H ? x : 0.f;
-    }
-    c.u[o] = convSiluStep(w, win, K, slot[7]);
-    float* hist = c.history + static_cast<int64_t>(o) * H;
-#pragma unroll
-    for (int k = 0; k + 1 < W; ++k)
-        if (k < H) hist[k] = win[k + 1];
+    if (lane == 0 && o < c.channels) convSlotStep(c, o, slot, x);
 }
 
 // A 16-byte chunk of weights (VEC) or a single element, and its conversion to f32 (lowp.cuh).
