@@ -12,9 +12,10 @@
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā      (stepBack)
 // Two kernels walk it:
-//  - scanBackward16Kernel, d_state 16 (every Mamba-1 checkpoint; see its comment): a chunk in pieces of 16 steps whose
-//    states are re-run once into shared memory and read back by the walk; dB_t / dC_t through a shared table;
-//  - scanBackwardKernel, any d_state: states re-run twice (every SUB-th kept, then each sub-chunk's in registers);
+//  - scanBackward16Kernel, d_state 16 and chunks of ≤ 16 steps (every Mamba-1 tape; see its comment): a chunk's states
+//    re-run once into shared memory and read back by the walk, its inputs staged by cp.async a chunk ahead; dB_t /
+//    dC_t through a shared table;
+//  - scanBackwardKernel, any other shape: states re-run twice (every SUB-th kept, then each sub-chunk's in registers);
 //    dB_t / dC_t by xor-shuffle trees over the warp's channels, then the warps in order through shared memory.
 // dB_t, dC_t are sums over channels: one partial per (channel block, row), the channel blocks added in order by a
 // second kernel. dA_log and dD are sums over batch rows and groups: one partial per (b, group, d), added in that
@@ -28,6 +29,7 @@
 // incoming carry G_in; (3) the main kernel runs each group from its G_in. Groups are used only when the
 // (row, channel block) blocks alone would leave half the GPU's block slots idle (small batches): the split, and so
 // the last bits of a row's gradients, depend on the batch and the GPU, never on the run.
+#include "cp_async.cuh"
 #include "lane_load.cuh"
 #include "scan_step.cuh"
 #include "train_kernels.h"
@@ -466,26 +468,74 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 
 // ---- d_state 16 (every Mamba-1 checkpoint): the tuned kernel ----
 //
-// 4 lanes × 4 states per channel, 32 channels per block. A chunk is walked in pieces of kPiece steps:
-//  1. (chunks longer than one piece only) from the checkpoint, re-run the chunk, keeping each piece's start state;
-//  2. for each piece in reverse: re-run it from its start state, keeping EVERY state (and each step's Δ and u) in
-//     shared memory, then walk it back reading them. With checkpoints every kPiece steps (Mamba-1's training tape,
-//     arch/mamba1) step 1 never runs, so each state is recomputed once, not twice.
+// 4 lanes × 4 states per channel, 32 channels per block, chunks of at most kPiece steps (Mamba-1's training tape keeps
+// a checkpoint every 16: arch/mamba1). Per chunk, in reverse:
+//  1. re-run it from its checkpoint, keeping EVERY state (and each step's Δ) in shared memory;
+//  2. walk it back, reading them — each state is recomputed once.
+// The chunk's inputs (dt, u, dout, z of the block's channels and the row's B_t / C_t) are staged in shared memory by
+// cp.async while the chunk before it is walked (two stages, one chunk ahead). Read where they are used, these loads left
+// ≈ 4.5 KB in flight per SM — a few hundred bytes per warp, one HBM round trip per 4 steps — far below what keeps the
+// memory busy; staged, every block has its next chunk's 10 KB in flight while it computes.
 // A channel's per-step scalar work (the softplus, the gate's values, the du / ddt / dz stores) is done by one of its
 // lanes per step: lane q takes step q of every 4, handing Δ, u and dy round by shuffles or shared memory.
 // dB_t, dC_t: each lane writes its 4 + 4 terms of a step into the table [4 steps][32 channels][2N]; after every 4
 // steps of the walk, thread k adds column k over the 32 channels (dbcColumn) — no shuffles or selects in the walk.
-constexpr int kPiece = 16;
-constexpr int kQuad = 4;  // steps per table fill = lanes per channel (lane q takes step q)
-constexpr int kBackward16MinBlocks = 4;
+constexpr int kPiece = 16;  // the longest chunk this kernel walks; longer ones go to the general kernel
+constexpr int kQuad = 4;    // steps per table fill = lanes per channel (lane q takes step q)
+constexpr int kBackward16MinBlocks = 3;
+
+/** One chunk's inputs in shared memory: dt, u, dout, z as [kPiece][32 channels], then the row's [kPiece][B_t | C_t]. */
+struct Stage16 {
+    static constexpr int kChannelFloats = kPiece * kFullChannels;
+    static constexpr int kFloats = 4 * kChannelFloats + kPiece * 32;
+    float* base;
+    __device__ float* dt() const { return base; }
+    __device__ float* u() const { return base + kChannelFloats; }
+    __device__ float* dout() const { return base + 2 * kChannelFloats; }
+    __device__ float* z() const { return base + 3 * kChannelFloats; }
+    __device__ float* bc() const { return base + 4 * kChannelFloats; }
+};
 
 /**
- * Floats of the d_state-16 kernel's shared memory: the piece's states, the start states of a chunk's pieces after the
- * first, the Δ and u caches, the dB/dC table (54 KB with checkpoints every kPiece steps: 4 blocks per SM).
+ * Floats of the d_state-16 kernel's shared memory: the chunk's states, the Δ cache, the dB/dC table and two stages
+ * (72 KB: 3 blocks per SM).
  */
-constexpr int64_t backward16SmemFloats(int chunk) {
-    const int64_t starts = (chunk + kPiece - 1) / kPiece - 1;
-    return (kPiece + 1 + starts) * 4 * kThreads + 2 * kPiece * kFullChannels + kQuad * kFullChannels * 32;
+constexpr int64_t backward16SmemFloats() {
+    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + kQuad * kFullChannels * 32 + 2 * Stage16::kFloats;
+}
+
+/**
+ * Issues the copies of steps [r0, r0 + len) into a stage: thread (step = tid / 8, part = tid % 8) copies channels
+ * d0 + 4·part … + 3 of each channel array and floats 4·part … + 3 of the row's B_t | C_t. VEC: every row start is
+ * 16-byte aligned (16-byte copies, channels past E zero-filled); else one 4-byte copy per float, zeros stored past E.
+ */
+template <bool VEC>
+__device__ __forceinline__ void stageChunk16(const Stage16& st, const ScanBackwardArgs& s, int64_t r0, int len, int d0) {
+    const int tid = threadIdx.x, step = tid / 8, part = tid % 8;
+    if (step >= len) return;
+    const int64_t r = r0 + step;
+    const int c0 = d0 + part * 4, valid = max(0, min(4, s.channels - c0));
+    const int at = step * kFullChannels + part * 4;
+    const float* src[4] = {s.dt + r * s.channels + c0, s.u + r * s.channels + c0, s.dout + r * s.channels + c0,
+                           s.z + r * s.ldz + c0};
+    float* dst[4] = {st.dt() + at, st.u() + at, st.dout() + at, st.z() + at};
+    const float* bc = s.bc + r * s.ldbc + part * 4;
+    float* bcd = st.bc() + step * 32 + part * 4;
+    if constexpr (VEC) {
+#pragma unroll
+        for (int a = 0; a < 4; ++a) cpAsync16(smemAddr(dst[a]), valid > 0 ? src[a] : s.dt, valid * 4);
+        cpAsync16(smemAddr(bcd), bc, 16);
+    } else {
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                if (k < valid) cpAsync4(dst[a] + k, src[a] + k);
+                else dst[a][k] = 0.f;
+            }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) cpAsync4(bcd + k, bc + k);
+    }
 }
 
 template <bool VEC>
@@ -501,12 +551,12 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int tid = threadIdx.x;
     const int ch = tid / kQuad;                                          // the channel within the block
     const int lane0 = (tid % 32) & ~(kQuad - 1);                         // its first lane in the warp
-    const int npiece_max = (K + kPiece - 1) / kPiece;
-    float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the piece's states
-    float4* starts = hist + (kPiece + 1) * kThreads;  // [npiece_max − 1][kThreads]: start states of pieces 1, 2, …
-    float* dcache = reinterpret_cast<float*>(starts + (npiece_max - 1) * kThreads);  // [kPiece][C]: Δ
-    float* ucache = dcache + kPiece * C;                                 // [kPiece][C]: u
-    float* table = ucache + kPiece * C;                                  // [kQuad][C][2N]: dB_t / dC_t terms
+    const int d0 = p.chb * C;                                            // the block's first channel
+    float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the chunk's states
+    float* dcache = reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads);  // [kPiece][C]: Δ
+    float* table = dcache + kPiece * C;                                  // [kQuad][C][2N]: dB_t / dC_t terms
+    float* const stage0 = table + kQuad * C * 2 * N;                   // two Stage16s: chunk c in stage c % 2
+    auto stageOf = [&](int c) { return Stage16{stage0 + (c & 1) * Stage16::kFloats}; };
 
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
@@ -520,135 +570,134 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const float dskip = s.d_skip[p.d];
     const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
-    const int ldbc = static_cast<int>(s.ldbc), ldz = static_cast<int>(s.ldz);
+    // the checkpoint of chunk c (no alignment asked of the checkpoints), loaded a chunk ahead like the stages
+    auto checkpoint = [&](int c) {
+        const float* ckc = ck + static_cast<int64_t>(c) * E * N + p.n0;
+        return make_float4(ckc[0], ckc[1], ckc[2], ckc[3]);
+    };
+    auto stageFor = [&](int c) {
+        const int ta = c * K;
+        stageChunk16<VEC>(stageOf(c), s, row0 + ta, min(K, T - ta), d0);
+    };
 
-    // Re-runs the steps [t0, t1) from h (the piece's states into hist[1…] when KEEP): loads of 4 steps first, then
-    // lane q's softplus of step q (and u) handed round; hist[j + 1] = the state after step t0 + j.
-    auto rerun = [&](float (&h)[NS], int t0, int t1, auto keep) {
-        constexpr bool KEEP = decltype(keep)::value;
-        for (int g0 = t0; g0 < t1; g0 += kQuad) {
-            const int cnt = min(kQuad, t1 - g0);
-            const int64_t r = row0 + g0;
+    const int c_first = firstChunk(o, p), c_last = endChunk(o, p) - 1;
+    stageFor(c_last);
+    cpAsyncCommit();
+    float4 ck_next = checkpoint(c_last);
+    for (int c = c_last; c >= c_first; --c) {
+        const int ta = c * K, len = min(K, T - ta);
+        const float4 ck4 = ck_next;
+        if (c > c_first) {  // the next chunk's inputs fly while this one is walked
+            stageFor(c - 1);
+            ck_next = checkpoint(c - 1);
+        }
+        cpAsyncCommit();
+        cpAsyncWait<1>();
+        __syncthreads();
+        const Stage16 st = stageOf(c);
+
+        // 1. re-run the chunk from its checkpoint: loads of 4 steps first, then lane q's softplus of step q (and u)
+        // handed round; hist[j + 1] = the state after step ta + j
+        float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
+        hist[tid] = ck4;
+        for (int g0 = 0; g0 < len; g0 += kQuad) {
+            const int cnt = min(kQuad, len - g0);
             float my_delta = 0.f, my_u = 0.f;
             if (p.lane < cnt) {
-                my_delta = softplusf(s.dt[(r + p.lane) * E + p.d]);
-                my_u = s.u[(r + p.lane) * E + p.d];
-                if constexpr (KEEP) {
-                    dcache[(g0 - t0 + p.lane) * C + ch] = my_delta;
-                    ucache[(g0 - t0 + p.lane) * C + ch] = my_u;
-                }
+                my_delta = softplusf(st.dt()[(g0 + p.lane) * C + ch]);
+                my_u = st.u()[(g0 + p.lane) * C + ch];
+                dcache[(g0 + p.lane) * C + ch] = my_delta;
             }
-            float bv[kQuad][NS];
-            const float* bp = s.bc + r * s.ldbc + p.n0;
-#pragma unroll
-            for (int q = 0; q < kQuad; ++q)
-                if (q < cnt) loadFloats<NS, VEC>(bp + q * ldbc, bv[q], NS);
 #pragma unroll
             for (int q = 0; q < kQuad; ++q) {
                 if (q < cnt) {
                     const float delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
                     const float du = delta * __shfl_sync(0xffffffffu, my_u, lane0 | q);
+                    const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + (g0 + q) * 32 + p.n0);
+                    const float bv[NS] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
-                    for (int i = 0; i < NS; ++i) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[q][i]);
-                    if constexpr (KEEP) hist[(g0 - t0 + q + 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
+                    for (int i = 0; i < NS; ++i) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
+                    hist[(g0 + q + 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
                 }
             }
         }
-    };
+        __syncwarp();  // a channel's Δ cache and states are written by its own lanes, all in one warp
 
-    for (int c = endChunk(o, p) - 1; c >= firstChunk(o, p); --c) {
-        const int ta = c * K, tb = min(T, ta + K);
-        const int npiece = (tb - ta + kPiece - 1) / kPiece;
-        const float* ckc = ck + static_cast<int64_t>(c) * E * N + p.n0;  // (no alignment asked of the checkpoints)
-        const float4 ck4 = make_float4(ckc[0], ckc[1], ckc[2], ckc[3]);
-        float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
-        // 1. the start state of each piece after the first (only when the chunk holds more than one piece)
-        for (int j = 1; j < npiece; ++j) {
-            rerun(h, ta + (j - 1) * kPiece, ta + j * kPiece, std::false_type{});
-            starts[(j - 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
+        // 2. the walk back
+        float hn[NS];  // h_t of the step being walked: the state after it
+        {
+            const float4 v = hist[len * kThreads + tid];
+            hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
         }
-        // 2. pieces in reverse: every state of the piece into hist, then the walk back
-        for (int j = npiece - 1; j >= 0; --j) {
-            const int s0 = ta + j * kPiece, len = min(kPiece, tb - s0);
-            const float4 h0 = j == 0 ? ck4 : starts[(j - 1) * kThreads + tid];
-            hist[tid] = h0;
-            h[0] = h0.x, h[1] = h0.y, h[2] = h0.z, h[3] = h0.w;
-            rerun(h, s0, s0 + len, std::true_type{});
-            __syncwarp();  // a channel's caches and states are written by its own lanes, all in one warp
-            float hn[NS];  // h_t of the step being walked: the state after it
-            {
-                const float4 v = hist[len * kThreads + tid];
-                hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
+        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad) {
+            const int cnt = min(kQuad, len - g0);
+            const int64_t rg = row0 + ta + g0;
+            // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
+            float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f, my_yv = 0.f, my_du = 0.f, my_sd = 0.f;
+            if (p.lane < cnt) {
+                my_dout = st.dout()[(g0 + p.lane) * C + ch];
+                my_z = st.z()[(g0 + p.lane) * C + ch];
+                my_dtr = st.dt()[(g0 + p.lane) * C + ch];
             }
-            for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad) {
-                const int cnt = min(kQuad, len - g0);
-                const int64_t rg = row0 + s0 + g0;
-                // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
-                float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f, my_yv = 0.f, my_du = 0.f, my_sd = 0.f;
-                if (p.lane < cnt) {
-                    my_dout = s.dout[(rg + p.lane) * E + p.d];
-                    my_z = s.z[(rg + p.lane) * ldz + p.d];
-                    my_dtr = s.dt[(rg + p.lane) * E + p.d];
-                }
-                const GateGrad gg = gateGrad(my_dout, my_z);
-                const float* bp = s.bc + rg * s.ldbc + p.n0;
+            const GateGrad gg = gateGrad(my_dout, my_z);
 #pragma unroll
-                for (int q = kQuad - 1; q >= 0; --q) {
-                    if (q >= cnt) continue;
-                    const int t = g0 + q;  // within the piece
-                    const float delta = dcache[t * C + ch], u = ucache[t * C + ch];
-                    float hp[NS], bv[NS], cv[NS];
-                    {
-                        const float4 v = hist[t * kThreads + tid];  // h_{t−1}
-                        hp[0] = v.x, hp[1] = v.y, hp[2] = v.z, hp[3] = v.w;
-                    }
-                    loadFloats<NS, VEC>(bp + q * ldbc, bv, NS);
-                    loadFloats<NS, VEC>(bp + q * ldbc + N, cv, NS);
-                    // y = Σ_n h·C + D·u, then the gate
-                    float yacc = 0.f;
-#pragma unroll
-                    for (int i = 0; i < NS; ++i) yacc = fmaf(hn[i], cv[i], yacc);
-                    yacc = groupSum(yacc, kQuad);
-                    const float yv = dskip * u + yacc;
-                    const float dy = __shfl_sync(0xffffffffu, gg.dy, lane0 | q);
-                    if (p.lane == q) my_yv = yv;
-                    gD += dy * u;
-                    float vB[NS], vC[NS], sGB, sDelta;
-                    stepBack<NS, true>(G, gA, A, a2, hn, hp, bv, cv, delta, u, dy, NS, vB, vC, sGB, sDelta);
-                    sGB = groupSum(sGB, kQuad);
-                    sDelta = groupSum(sDelta, kQuad);
-                    if (p.lane == q) {
-                        my_du = dskip * dy + delta * sGB;
-                        my_sd = sDelta;
-                    }
-                    if (!p.active) {
-#pragma unroll
-                        for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
-                    }
-                    // the lane's terms into the table (odd channels swap the halves: see dbcColumn)
-                    float* row = table + (q * C + ch) * 2 * N;
-                    const int swap = (ch & 1) * N;
-                    *reinterpret_cast<float4*>(row + swap + p.n0) = make_float4(vB[0], vB[1], vB[2], vB[3]);
-                    *reinterpret_cast<float4*>(row + (N - swap) + p.n0) = make_float4(vC[0], vC[1], vC[2], vC[3]);
-#pragma unroll
-                    for (int i = 0; i < NS; ++i) hn[i] = hp[i];
+            for (int q = kQuad - 1; q >= 0; --q) {
+                if (q >= cnt) continue;
+                const int t = g0 + q;  // within the chunk
+                const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
+                float hp[NS], bv[NS], cv[NS];
+                {
+                    const float4 v = hist[t * kThreads + tid];  // h_{t−1}
+                    hp[0] = v.x, hp[1] = v.y, hp[2] = v.z, hp[3] = v.w;
+                    const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + p.n0);
+                    const float4 c4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + N + p.n0);
+                    bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
+                    cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
                 }
-                if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
-                    const int64_t r = rg + p.lane;
-                    s.du[r * E + p.d] = my_du;
-                    s.ddt[r * E + p.d] = my_sd * softplusGrad(my_dtr);
-                    s.dz[r * s.lddz + p.d] = my_dout * my_yv * gg.g;
+                // y = Σ_n h·C + D·u, then the gate
+                float yacc = 0.f;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) yacc = fmaf(hn[i], cv[i], yacc);
+                yacc = groupSum(yacc, kQuad);
+                const float yv = dskip * u + yacc;
+                const float dy = __shfl_sync(0xffffffffu, gg.dy, lane0 | q);
+                if (p.lane == q) my_yv = yv;
+                gD += dy * u;
+                float vB[NS], vC[NS], sGB, sDelta;
+                stepBack<NS, true>(G, gA, A, a2, hn, hp, bv, cv, delta, u, dy, NS, vB, vC, sGB, sDelta);
+                sGB = groupSum(sGB, kQuad);
+                sDelta = groupSum(sDelta, kQuad);
+                if (p.lane == q) {
+                    my_du = dskip * dy + delta * sGB;
+                    my_sd = sDelta;
                 }
-                // thread k: step k / 2N, value k % 2N over the block's channels; the second barrier keeps the next
-                // steps from writing the table before every column is read
-                __syncthreads();
-                if (tid < cnt * 2 * N) {
-                    const int q = tid / (2 * N), e = tid % (2 * N);
-                    o.pbc[(static_cast<int64_t>(p.chb) * R + rg + q) * 2 * N + e] =
-                        dbcColumn<C>(table + q * C * 2 * N, e, N);
+                if (!p.active) {
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
                 }
-                __syncthreads();
+                // the lane's terms into the table (odd channels swap the halves: see dbcColumn)
+                float* row = table + (q * C + ch) * 2 * N;
+                const int swap = (ch & 1) * N;
+                *reinterpret_cast<float4*>(row + swap + p.n0) = make_float4(vB[0], vB[1], vB[2], vB[3]);
+                *reinterpret_cast<float4*>(row + (N - swap) + p.n0) = make_float4(vC[0], vC[1], vC[2], vC[3]);
+#pragma unroll
+                for (int i = 0; i < NS; ++i) hn[i] = hp[i];
             }
+            if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
+                const int64_t r = rg + p.lane;
+                s.du[r * E + p.d] = my_du;
+                s.ddt[r * E + p.d] = my_sd * softplusGrad(my_dtr);
+                s.dz[r * s.lddz + p.d] = my_dout * my_yv * gg.g;
+            }
+            // thread k: step k / 2N, value k % 2N over the block's channels; the second barrier keeps the next
+            // steps (and the next chunk's copies into this stage) from writing before every value is read
+            __syncthreads();
+            if (tid < cnt * 2 * N) {
+                const int q = tid / (2 * N), e = tid % (2 * N);
+                o.pbc[(static_cast<int64_t>(p.chb) * R + rg + q) * 2 * N + e] =
+                    dbcColumn<C>(table + q * C * 2 * N, e, N);
+            }
+            __syncthreads();
         }
     }
     finishBlock<NS, true>(s, o, p, G, gA, gD);
@@ -725,13 +774,16 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const Layout L = layoutFor(N, s.batch, E);
     const int64_t R = static_cast<int64_t>(s.batch) * s.steps;
     const bool narrow = statesPerLane(N) == 4;
-    // d_state 16 (every Mamba-1 checkpoint): the tuned kernel, 16-byte B/C loads when the rows allow them
-    const bool vec = reinterpret_cast<uintptr_t>(s.bc) % 16 == 0 && s.ldbc % 4 == 0;
-    const bool d16 = N == 16;
+    // d_state 16 with chunks of ≤ kPiece steps (every Mamba-1 tape): the tuned kernel, staged by 16-byte copies when
+    // every row it stages starts 16-byte aligned
+    const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    const bool vec = aligned(s.bc) && s.ldbc % 4 == 0 && aligned(s.dt) && aligned(s.u) && aligned(s.dout) &&
+                     aligned(s.z) && E % 4 == 0 && s.ldz % 4 == 0;
+    const bool d16 = N == 16 && s.chunk <= kPiece;
     const auto kernel = d16      ? (vec ? scanBackward16Kernel<true> : scanBackward16Kernel<false>)
                         : narrow ? scanBackwardKernel<4, 4>
                                  : scanBackwardKernel<8, 4>;
-    const size_t smem = d16 ? static_cast<size_t>(backward16SmemFloats(s.chunk)) * sizeof(float)
+    const size_t smem = d16 ? static_cast<size_t>(backward16SmemFloats()) * sizeof(float)
                             : backwardSmem(s.chunk, narrow ? 4 : 8, 4, N, L.per_block);
     const int optin = ex.smem_optin;
     if (smem > static_cast<size_t>(optin))
@@ -744,7 +796,7 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     if (smem > 48 * 1024) {
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
               "cudaFuncSetAttribute (scan backward)");
-        // all of the SM's shared memory as such: the d_state-16 kernel's 54 KB fit 4 blocks only so
+        // all of the SM's shared memory as such: the d_state-16 kernel's 72 KB fit 3 blocks only so
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
               "cudaFuncSetAttribute (scan backward carveout)");
     }
