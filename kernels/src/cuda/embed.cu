@@ -3,6 +3,7 @@
 // One block per row; 16-byte loads when the row width and pointers allow (4 floats or 8 two-byte values,
 // unpacked by lowp.cuh and stored as two float4s), element by element otherwise.
 #include "kernels.h"
+#include "lane_load.cuh"
 #include "lowp.cuh"
 
 #include <stdexcept>
@@ -33,7 +34,6 @@ __global__ void embedKernel(const W* __restrict__ table, const int32_t* __restri
     }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <typename W>
 void launchEmbed(const Exec& ex, const W* table, const int32_t* ids, int64_t rows, int d, float* out) {

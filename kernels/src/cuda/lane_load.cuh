@@ -1,9 +1,14 @@
 // N consecutive floats of a row into registers: 16-byte loads when the caller knows the address is 16-byte aligned and
 // all N exist (VEC), else one load per value with the values past `valid` read as 0. Shared by the decode gemv (x rows)
-// and the scans (a lane's B_t / C_t values).
+// and the scans (a lane's B_t / C_t values); aligned16 is the launchers' test for it.
 #pragma once
 
+#include <cstdint>
+
 namespace mamba::cuda {
+
+/** Whether p allows 16-byte loads and copies (launchers pick their VEC variants by it). */
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <int N, bool VEC>
 __device__ __forceinline__ void loadFloats(const float* p, float (&v)[N], int valid) {

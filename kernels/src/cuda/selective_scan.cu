@@ -523,13 +523,12 @@ void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, Variant v) {
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
     // 16-byte B/C loads when every lane's states exist and the rows are 16-byte aligned (a model's x_proj output)
     const int N = k.s.d_state;
-    const bool vec = N == ns * k.lanes && reinterpret_cast<uintptr_t>(k.s.bc) % 16 == 0 && k.s.ldbc % 4 == 0 &&
+    const bool vec = N == ns * k.lanes && aligned16(k.s.bc) && k.s.ldbc % 4 == 0 &&
                      N % 4 == 0;
     if (ns == 4) vec ? launchNs<4, true>(name, ex, k, v, grid, block) : launchNs<4, false>(name, ex, k, v, grid, block);
     else vec ? launchNs<16, true>(name, ex, k, v, grid, block) : launchNs<16, false>(name, ex, k, v, grid, block);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 /** The three phases of the chunked scan over k.ws_h / k.ws_sum (k.chunk, k.chunks set). */
 void runChunked(const Exec& ex, ScanKernelArgs k, int ns) {

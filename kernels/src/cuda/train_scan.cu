@@ -776,9 +776,8 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const bool narrow = statesPerLane(N) == 4;
     // d_state 16 with chunks of ≤ kPiece steps (every Mamba-1 tape): the tuned kernel, staged by 16-byte copies when
     // every row it stages starts 16-byte aligned
-    const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-    const bool vec = aligned(s.bc) && s.ldbc % 4 == 0 && aligned(s.dt) && aligned(s.u) && aligned(s.dout) &&
-                     aligned(s.z) && E % 4 == 0 && s.ldz % 4 == 0;
+    const bool vec = aligned16(s.bc) && s.ldbc % 4 == 0 && aligned16(s.dt) && aligned16(s.u) && aligned16(s.dout) &&
+                     aligned16(s.z) && E % 4 == 0 && s.ldz % 4 == 0;
     const bool d16 = N == 16 && s.chunk <= kPiece;
     const auto kernel = d16      ? (vec ? scanBackward16Kernel<true> : scanBackward16Kernel<false>)
                         : narrow ? scanBackwardKernel<4, 4>

@@ -23,6 +23,7 @@
 #include "../kernels.h"
 #include "conv_epilogue.cuh"
 #include "../cp_async.cuh"
+#include "../lane_load.cuh"
 #include "../lowp.cuh"
 #include "../rmsnorm_row.cuh"
 #include "mamba/mamba.h"
@@ -629,7 +630,6 @@ TcTile pickTile(const Exec& ex, int64_t rows, int out, int in, int parts, bool x
     return rows > 64 && blocks128 >= ex.sms ? TcTile::k128x128 : TcTile::k64x32;
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 /**
  * Runs `tile` on `a` in row chunks whose x, rounded to W's type, fits the workspace (none for the tiles that read

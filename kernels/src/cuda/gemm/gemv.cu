@@ -447,7 +447,6 @@ void launchW(const Exec& ex, const GemvArgs& a, bool vec, int G, bool norm, cons
     else launchR<W, false>(ex, a, G, norm, conv);
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 bool isLowp(int wdtype) { return wdtype == DTYPE_BF16 || wdtype == DTYPE_F16; }
 
 /** Waves of a gemv of `out` outputs with group size G (4 blocks of kThreads per SM). */
