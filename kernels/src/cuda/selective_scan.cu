@@ -63,6 +63,7 @@ struct ScanKernelArgs {
     DtProjection dt; // used by the FUSE variant only
     float* ckpt;     // CKPT variant: [B, ck_chunks, channels, d_state]
     int ck_chunk, ck_chunks;
+    int walk_steps;  // scanWalkStaged: steps per tile (set by its launcher)
 };
 
 /** Σ_k W[d, k]·x[k] over this lane's share of k (16-byte chunks, chunk c to lane c mod S when VEC). */
@@ -224,8 +225,8 @@ constexpr int kWalkStages = 3;               // tiles of steps in flight: the on
 constexpr int kWalkStageFloats = 4096;       // one tile: 16 KB, so the three fit the default 48 KB
 
 /** Steps per tile of the staged walk: a step's record is dt, u, z of the block's channels, then B and C. */
-__host__ __device__ inline int walkTileSteps(int per_block, int N) {
-    const int l = kWalkStageFloats / (3 * per_block + 2 * N);
+inline int walkTileSteps(int per_block, int N, int floats = kWalkStageFloats) {
+    const int l = floats / (3 * per_block + 2 * N);
     return l < 1 ? 1 : l > 64 ? 64 : l;
 }
 
@@ -239,7 +240,7 @@ __host__ __device__ inline int walkTileSteps(int per_block, int N) {
  * at a time, coalesced. The arithmetic is scanKernel's, step by step (stepOutput, the same bits as decode). S (lanes
  * per channel) is a template argument so that the lane sums unroll and steps of the walk interleave.
  */
-template <int S, bool FULL, int WALKERS, int COPIERS>
+template <int S, bool FULL, int WALKERS, int COPIERS, int G>
 __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelArgs k) {
     constexpr int NS = 4, per_block = WALKERS / S;
     static_assert(per_block >= 1, "a channel's lanes in one block");
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
     const int d = active ? d0 + local : E - 1;  // idle lanes still join the shuffles
     const int lane = tid % S, n0 = lane * NS;
     const int W = 3 * per_block + 2 * N;        // floats of one step's record
-    const int L = walkTileSteps(per_block, N);
+    const int L = k.walk_steps;
     const int tiles = (s.steps + L - 1) / L;
     const int64_t r0 = static_cast<int64_t>(b) * s.steps;
 
@@ -271,6 +272,9 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
     if (walker)
 #pragma unroll
         for (int i = 0; i < NS; ++i) h[i] = n0 + i < N ? hp[n0 + i] : 0.f;
+    // the training forward: the state before steps 0, ck_chunk, 2·ck_chunk, … (the walkers write it at those steps)
+    float* const ck =
+        k.ckpt ? k.ckpt + static_cast<int64_t>(b) * k.ck_chunks * E * N + static_cast<int64_t>(d) * N : nullptr;
 
     // A copier copies the same columns of every step's record (column w = tid + c·COPIERS): where the column's
     // value of step r lives is src + r·stride, worked out once here; channels past E read as 0.
@@ -376,10 +380,26 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
         if (walker) {
             float* tile = buffer(t);
             const int steps = stepsOf(t);
-            constexpr int G = 8;
-            int j0 = 0;
-            for (; j0 + G <= steps; j0 += G) walk(tile, j0, std::integral_constant<int, G>{});
-            for (; j0 < steps; ++j0) walk(tile, j0, std::integral_constant<int, 1>{});
+            for (int j0 = 0; j0 < steps;) {
+                int room = steps - j0;  // steps before the tile's end or the next checkpoint
+                if (ck) {
+                    const int r = t * L + j0, into = r % k.ck_chunk;
+                    if (into == 0 && active) {
+                        float* c = ck + static_cast<int64_t>(r / k.ck_chunk) * E * N;
+#pragma unroll
+                        for (int i = 0; i < NS; ++i)
+                            if (n0 + i < N) c[n0 + i] = h[i];
+                    }
+                    room = min(room, k.ck_chunk - into);
+                }
+                if (room >= G) {
+                    walk(tile, j0, std::integral_constant<int, G>{});
+                    j0 += G;
+                } else {
+                    walk(tile, j0, std::integral_constant<int, 1>{});
+                    ++j0;
+                }
+            }
         } else {
             if (t > 0) store(t - 1);
             copiersSync();  // every copier is done reading the buffer that tile t + 2 overwrites
@@ -457,15 +477,36 @@ bool walkRuns(const Exec& ex, int64_t batch, int channels, int lanes, int steps)
     return steps >= kWalkMinSteps && blocks < 2 * static_cast<int64_t>(ex.sms);
 }
 
-template <int S, int WALKERS, int COPIERS = WALKERS>
-void launchWalkSW(const char* name, const Exec& ex, const ScanKernelArgs& k) {
+// The training forward's walk: two warps of walkers (16 channels) and two of copiers per block, tiles of 2,048
+// floats (25 steps at d_state 16), the walk unrolled by 4 steps (by 8 it needs 128 registers, by 4 80). H100,
+// op_test --big --time, µs, this config / the chunked scan: B 8 × T 2,048 × 1,536 channels 470 / 864, B 8 × T 256
+// 69 / 147; one row of T 2,048 (96 blocks) 249 / 153, so few blocks keep the chunked scan. The others tried, at
+// B 8 × T 2,048: walkers × copiers × tile floats 32 × 96 × 4,096 550 (unrolled by 8) / 782 (by 4), 32 × 32 × 2,048
+// 593 / 618, 64 × 64 × 2,048 630 (by 8).
+constexpr int kTrainWalkers = 64, kTrainCopiers = 64, kTrainWalkTileFloats = 2048, kTrainWalkUnroll = 4;
+
+/**
+ * Whether the training forward (checkpoints kept) runs as the staged walk: four lanes of four states per channel
+ * (d_state 13 … 16, every Mamba-1 checkpoint), at least kWalkMinSteps steps, and enough blocks to fill the GPU
+ * twice. The walk's states, outputs and checkpoints are scanKernel's step by step, so this choice changes no bits —
+ * only which kernel computes them.
+ */
+bool trainingWalks(const Exec& ex, int64_t batch, int channels, int ns, int lanes, int steps) {
+    const int per_block = kTrainWalkers / 4;
+    const int64_t blocks = batch * ((channels + per_block - 1) / per_block);
+    return ns == 4 && lanes == 4 && steps >= kWalkMinSteps && blocks >= 2 * static_cast<int64_t>(ex.sms);
+}
+
+template <int S, int WALKERS, int COPIERS = WALKERS, int G = 8>
+void launchWalkSW(const char* name, const Exec& ex, ScanKernelArgs k, int floats = kWalkStageFloats) {
     constexpr int per_block = WALKERS / S;
     const int N = k.s.d_state;
-    const size_t smem = sizeof(float) * kWalkStages * walkTileSteps(per_block, N) * (3 * per_block + 2 * N);
+    k.walk_steps = walkTileSteps(per_block, N, floats);
+    const size_t smem = sizeof(float) * kWalkStages * k.walk_steps * (3 * per_block + 2 * N);
     const dim3 grid(static_cast<unsigned>(k.s.batch * ((k.s.channels + per_block - 1) / per_block)));
     const dim3 walkers_and_copiers(WALKERS + COPIERS);
-    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true, WALKERS, COPIERS>, grid, walkers_and_copiers, smem, k);
-    else launch(name, ex, scanWalkStaged<S, false, WALKERS, COPIERS>, grid, walkers_and_copiers, smem, k);
+    if (N == 4 * S) launch(name, ex, scanWalkStaged<S, true, WALKERS, COPIERS, G>, grid, walkers_and_copiers, smem, k);
+    else launch(name, ex, scanWalkStaged<S, false, WALKERS, COPIERS, G>, grid, walkers_and_copiers, smem, k);
 }
 
 template <int S>
@@ -475,8 +516,10 @@ void launchWalkS(const char* name, const Exec& ex, const ScanKernelArgs& k) {
     // the stores — took longer than the walk with one copier per walker: the walkers waited at the tile barrier
     // (H200, 370m row, T 4,096, µs: walkers × copiers 128 × 128 373, 64 × 64 333, 32 × 32 353, 32 × 64 253,
     // 64 × 128 228, 64 × 192 229, 32 × 96 223; benchmarks.md).
-    if constexpr (S == 4) launchWalkSW<S, 32, 96>(name, ex, k);
-    else launchWalkSW<S, 128>(name, ex, k);
+    if constexpr (S == 4) {
+        if (k.ckpt) launchWalkSW<S, kTrainWalkers, kTrainCopiers, kTrainWalkUnroll>(name, ex, k, kTrainWalkTileFloats);
+        else launchWalkSW<S, 32, 96>(name, ex, k);
+    } else launchWalkSW<S, 128>(name, ex, k);
 }
 
 void launchWalk(const char* name, const Exec& ex, const ScanKernelArgs& k) {
@@ -509,7 +552,15 @@ void launchNs(const char* name, const Exec& ex, const ScanKernelArgs& k, Variant
             launch(name, ex, scanKernel<NS, false, false, VEC>, grid, block, 0, k);
             break;
         case Variant::FusedDt: launch(name, ex, scanKernel<NS, true, false, VEC>, grid, block, 0, k); break;
-        case Variant::Checkpoints: launch(name, ex, scanKernel<NS, false, true, VEC>, grid, block, 0, k); break;
+        case Variant::Checkpoints:
+            if constexpr (NS == 4) {
+                if (k.mode == kWhole && trainingWalks(ex, k.s.batch, k.s.channels, NS, k.lanes, k.s.steps)) {
+                    launchWalk(name, ex, k);
+                    break;
+                }
+            }
+            launch(name, ex, scanKernel<NS, false, true, VEC>, grid, block, 0, k);
+            break;
     }
 }
 
@@ -547,8 +598,12 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
     // Every scan of DETERMINISTIC inference, and short or forced-sequential training forwards: sequential in the
     // narrow layout of decode, whatever the batch and length (the wide layout sums y over a channel's states in
     // another order).
+    int walk_ns, walk_lanes;
+    lanesFor(s.d_state, false, &walk_ns, &walk_lanes);
     const bool ck_chunked = checkpoint_chunk > 0 && algo != ScanAlgo::Sequential && s.steps >= kScanChunkedMinSteps &&
-                            s.steps > checkpoint_chunk;
+                            s.steps > checkpoint_chunk &&
+                            !(algo == ScanAlgo::Auto &&
+                              trainingWalks(ex, s.batch, s.channels, walk_ns, walk_lanes, s.steps));
     if (s.shape_independent || (checkpoint_chunk > 0 && !ck_chunked)) {
         p.chunk = s.steps;
         lanesFor(s.d_state, false, &p.ns, &p.lanes);
@@ -566,8 +621,6 @@ ScanPlan planScan(const Exec& ex, const ScanArgs& s, ScanAlgo algo, int chunk_ov
     // fill the GPU twice (launchNs takes the staged walk then), the walk beats the chunked scan, and its outputs
     // equal T decode steps'. H200, µs, walk / chunked: 370m row T 4,096 219 / 287, 2.8b row 483 / 573, 370m
     // B 4 × T 1,024 150 / 281. Measured from 1,024 steps only, so shorter prefills keep the chunked scan.
-    int walk_ns, walk_lanes;
-    lanesFor(s.d_state, false, &walk_ns, &walk_lanes);
     if (algo == ScanAlgo::Auto && checkpoint_chunk == 0 && s.steps >= kWalkOverChunkedMinSteps && walk_ns == 4 &&
         walk_lanes == 4 && walkRuns(ex, s.batch, s.channels, walk_lanes, s.steps)) {
         p.chunk = s.steps;
@@ -623,7 +676,7 @@ void selectiveScan(const Exec& ex, const ScanArgs& s, const ScanPlan& plan, floa
     if (s.d_state < 1 || s.d_state > 256)
         throw std::invalid_argument("selectiveScan: d_state " + std::to_string(s.d_state) + " is outside [1, 256]");
     const int ns = plan.ns, S = plan.lanes;
-    ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr, DtProjection{}, nullptr, 0, 0};
+    ScanKernelArgs k{s, S, s.steps, 1, kWhole, nullptr, nullptr, DtProjection{}, nullptr, 0, 0, 0};
     if (dt) {
         if (plan.chunked || ck)
             throw std::logic_error("selectiveScan: the fused Δ projection needs the plain sequential scan");

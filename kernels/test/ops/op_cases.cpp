@@ -1991,6 +1991,17 @@ std::vector<Case> allCases() {
     }
     add("selectiveScanBackward", "B=1 T=2048 C=1536 N=16 ckpt/16", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 1, 2048, 1536, 16, 16, false, true); });
+    // the training forward on the rest of the benchmark's shapes: the 130m backbone's B 8 × T 256, one long row, the
+    // 2048 × 48 model's 4,096 channels
+    for (auto [B, T, C] : {std::array<int, 3>{8, 256, 1536}, {1, 2048, 1536}, {8, 2048, 4096}})
+        add("selectiveScan", format("B=%d T=%d C=%d N=16 ckpt/16 aligned rows", B, T, C), DTYPE_F32, "-", NEED_TRAINING, true,
+            [=](Ops& o, uint64_t s) { return scanCase(o, s, B, T, C, 16, false, 16, DTYPE_F32, false, true); });
+
+    // the training forward as the staged walk (enough blocks to fill the GPU twice) at a size the default run takes:
+    // a partial last block of channels, a tile and checkpoint grid that the length does not divide, d_state 13
+    for (auto [N, ck] : {std::array<int, 2>{16, 16}, {16, 24}, {13, 16}})
+        add("selectiveScan", format("B=3 T=203 C=1432 N=%d ckpt/%d (training walk)", N, ck), DTYPE_F32, "-", NEED_TRAINING,
+            false, [=](Ops& o, uint64_t s) { return scanCase(o, s, 3, 203, 1432, N, false, ck, DTYPE_F32); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})
