@@ -34,7 +34,6 @@ __global__ void embedKernel(const W* __restrict__ table, const int32_t* __restri
     }
 }
 
-
 template <typename W>
 void launchEmbed(const Exec& ex, const W* table, const int32_t* ids, int64_t rows, int d, float* out) {
     // Every row start must be 16-byte aligned too: d a multiple of the chunk for the table, of 4 for out.

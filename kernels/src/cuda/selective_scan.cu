@@ -492,9 +492,10 @@ constexpr int kTrainWalkers = 64, kTrainCopiers = 64, kTrainWalkTileFloats = 204
  * only which kernel computes them.
  */
 bool trainingWalks(const Exec& ex, int64_t batch, int channels, int ns, int lanes, int steps) {
-    const int per_block = kTrainWalkers / 4;
+    if (ns != 4 || lanes != 4 || steps < kWalkMinSteps) return false;
+    const int per_block = kTrainWalkers / lanes;
     const int64_t blocks = batch * ((channels + per_block - 1) / per_block);
-    return ns == 4 && lanes == 4 && steps >= kWalkMinSteps && blocks >= 2 * static_cast<int64_t>(ex.sms);
+    return blocks >= 2 * static_cast<int64_t>(ex.sms);
 }
 
 template <int S, int WALKERS, int COPIERS = WALKERS, int G = 8>
@@ -574,12 +575,10 @@ void launchScan(const Exec& ex, const ScanKernelArgs& k, int ns, Variant v) {
     const dim3 grid(static_cast<unsigned>(blocks)), block(kThreads);
     // 16-byte B/C loads when every lane's states exist and the rows are 16-byte aligned (a model's x_proj output)
     const int N = k.s.d_state;
-    const bool vec = N == ns * k.lanes && aligned16(k.s.bc) && k.s.ldbc % 4 == 0 &&
-                     N % 4 == 0;
+    const bool vec = N == ns * k.lanes && aligned16(k.s.bc) && k.s.ldbc % 4 == 0 && N % 4 == 0;
     if (ns == 4) vec ? launchNs<4, true>(name, ex, k, v, grid, block) : launchNs<4, false>(name, ex, k, v, grid, block);
     else vec ? launchNs<16, true>(name, ex, k, v, grid, block) : launchNs<16, false>(name, ex, k, v, grid, block);
 }
-
 
 /** The three phases of the chunked scan over k.ws_h / k.ws_sum (k.chunk, k.chunks set). */
 void runChunked(const Exec& ex, ScanKernelArgs k, int ns) {
