@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "fast_math.h"
+#include "lowp.h"
 #include "thread_pool.h"
 
 #include <algorithm>
@@ -244,6 +245,7 @@ void CpuBackend::mse(const float* y, const float* target, int64_t n, float scale
 void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
     const int vocab = a.vocab;
     if (vocab < 1) fail("crossEntropy: vocab = " + std::to_string(vocab) + " must be >= 1");
+    checkCrossEntropyGrad(a);
     // Out-of-range targets would read outside the row: reject them before touching any output.
     for (int64_t r = 0; r < a.rows; ++r) {
         const int t = a.targets[r];
@@ -252,14 +254,17 @@ void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
                  std::to_string(vocab) + ") and is not ignore_index (" + std::to_string(a.ignore_index) + ")");
     }
     parallelFor(a.rows, kMinParallelWork / std::max(1, vocab), [&](int64_t r0, int64_t r1) {
+        std::vector<float> row;  // a row's f32 gradient before it is rounded (dlogits16)
         for (int64_t r = r0; r < r1; ++r) {
             const float* l = a.logits + r * vocab;
             float* dl = a.dlogits ? a.dlogits + r * vocab : nullptr;
+            uint16_t* dl16 = a.dlogits16 ? static_cast<uint16_t*>(a.dlogits16) + r * a.ld16 : nullptr;
             const int target = a.targets[r];
             if (target == a.ignore_index) {
                 a.loss[r] = 0.f;
                 a.correct[r] = 0.f;
                 if (dl) std::fill(dl, dl + vocab, 0.f);
+                if (dl16) std::fill(dl16, dl16 + vocab, uint16_t{0});
                 continue;
             }
             int best = 0;
@@ -276,6 +281,16 @@ void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
 #pragma omp simd
                 for (int k = 0; k < vocab; ++k) dl[k] = fastExp(l[k] - mx) * inv;
                 dl[target] -= a.scale;
+            }
+            if (dl16) {  // the f32 gradient as above, then rounded to nearest even (may alias the row: read first)
+                row.resize(static_cast<size_t>(vocab));
+                float* g = row.data();
+                const float inv = a.scale / sum;
+#pragma omp simd
+                for (int k = 0; k < vocab; ++k) g[k] = fastExp(l[k] - mx) * inv;
+                g[target] -= a.scale;
+                const bool f16 = a.dtype16 == DTYPE_F16;
+                for (int k = 0; k < vocab; ++k) dl16[k] = f16 ? f32ToF16(g[k]) : f32ToBf16(g[k]);
             }
         }
     });

@@ -94,6 +94,7 @@ Capabilities CudaBackend::capabilities() const {
     c.graphs = true;
     c.lowp_storage = true;
     c.logits_block_floats = int64_t{1} << 26;  // 256 MiB of f32 logits: the head's products run at GEMM speed
+    c.rounds_backward_operands = true;
     return c;
 }
 
@@ -611,6 +612,7 @@ void CudaBackend::mse(const float* y, const float* target, int64_t n, float scal
 
 void CudaBackend::crossEntropy(const CrossEntropyArgs& a) {
     Lock lock(mu_);
+    checkCrossEntropyGrad(a);
     if (a.rows <= 0) return;
     enter();
     train::crossEntropy(nextExec(), a);

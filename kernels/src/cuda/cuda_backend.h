@@ -159,10 +159,12 @@ private:
                         int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy, void* packed, const char* what);
     /**
      * The 2-byte backward of `weight` (WeightGrad) and, when `data` is given, of its input gradient over the same dy:
-     * chunk by chunk, x and dy rounded to W's type into xp / dyp (each `chunk` rows), then
+     * chunk by chunk, x and dy rounded to W's type into xp / dyp (each `chunk` rows; dy_rounded: dy came rounded, its
+     * 2-byte rows at weight.a with ld weight.lda, and dyp is unused), then
      * dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. dbias is the caller's.
      */
-    void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp, int64_t chunk);
+    void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp, int64_t chunk,
+                        bool dy_rounded = false);
     // the fusion decisions (the lock is held)
     /** Which kernel runs normLinear's two ops (and, with `conv`, decode's conv step) as one; kNone: apart. */
     enum class NormFusion { kNone, kGemv, kTensorChain };

@@ -57,6 +57,11 @@ struct Gemm {
     float beta;             // Forward/BackwardData only
     const float* bias;      // Forward: [out] or null
     float* dbias;           // WeightGrad: [out] or null
+    // BackwardData/WeightGrad through linearBackward only: dy already rounded to the weight's 2-byte type (BF16/F16
+    // storage), [rows, lda16]. The backend reads it instead of rounding `a` itself — a producer that rounds as it
+    // writes (the LM loss's cross-entropy) saves the packing pass; `a` may then be null (no dbias).
+    const void* a16 = nullptr;
+    int64_t lda16 = 0;
 
     /** y = beta·y + x·Wᵀ (+ bias). */
     static Gemm forward(GemmMode mode, const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias,
@@ -74,6 +79,15 @@ struct Gemm {
                            int64_t rows, int out, int in, float* dw, float* dbias) {
         return Gemm{GemmKind::WeightGrad, backwardMode(mode), rows, Matrix{nullptr, nullptr, dtype, out, in}, dy, lddy,
                     x, ldx, dw, in, 1.f, nullptr, dbias};
+    }
+    /** The same product with dy given rounded to the weight's 2-byte type (see a16) instead of in f32. */
+    Gemm withRoundedDy(const void* dy16, int64_t lddy16) const {
+        Gemm g = *this;
+        g.a = nullptr;
+        g.lda = 0;
+        g.a16 = dy16;
+        g.lda16 = lddy16;
+        return g;
     }
     static GemmMode backwardMode(GemmMode m) { return m == GemmMode::Pedantic ? m : GemmMode::Reproducible; }
 };

@@ -28,6 +28,9 @@ struct Capabilities {
     // The most logits a language model's loss keeps at once (BackboneRunner::lmBlockRows): bigger blocks of rows
     // make the head's products more efficient, smaller ones save memory.
     int64_t logits_block_floats = int64_t{1} << 24;
+    // BF16/F16 backward products round dy to the weight's type (CUDA; the CPU keeps f32 operands): a producer that
+    // hands linearBackward dy already rounded (Gemm::a16) then gives the same bits without a packing pass.
+    bool rounds_backward_operands = false;
 };
 
 /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for r < rows. */
@@ -294,6 +297,12 @@ struct CrossEntropyArgs {
     float* loss;             // [rows]: 0 when ignored
     float* correct;          // [rows]: 1 when the argmax is the target
     float* dlogits;          // [rows, vocab] or null; may alias logits
+    // Or the gradient rounded to a 2-byte type (DTYPE_BF16/F16), [rows, ld16], for a linearBackward that takes it
+    // as Gemm::a16. It may alias logits with ld16 = 2·vocab: each row's 2-byte values fill the first half of its own
+    // f32 row, written only after that row is read. At most one of dlogits and dlogits16.
+    void* dlogits16 = nullptr;
+    int64_t ld16 = 0;
+    int dtype16 = DTYPE_BF16;
 };
 
 /**
@@ -355,12 +364,10 @@ public:
      * Named fusion: a weight's two backward products over the same dy — `dataGrad` (BackwardData) and `weightGrad`
      * (WeightGrad): the same rows, dy, weight shape, storage type and mode. dataGrad's output may overlap neither dy
      * nor weightGrad's x. A backend may round dy (and x) to the weight's storage type once for both products.
-     * Default: the two products in sequence, the weight gradient first.
+     * dy may come rounded to the weight's 2-byte type (Gemm::a16, the same in both) instead of in f32.
+     * Default: the two products in sequence, the weight gradient first (dy widened to f32 first when rounded).
      */
-    virtual void linearBackward(const Gemm& dataGrad, const Gemm& weightGrad) {
-        gemm(weightGrad);
-        gemm(dataGrad);
-    }
+    virtual void linearBackward(const Gemm& dataGrad, const Gemm& weightGrad);
 
     // ---- inference stages ----
     virtual void rmsnorm(const RmsNormArgs& a) = 0;
@@ -464,5 +471,13 @@ public:
     // ---- sampling (every backend) ----
     virtual void sampleTokens(const SampleArgs& a) = 0;
 };
+
+/**
+ * Checks a dy handed to linearBackward rounded (Gemm::a16): the same in both products, no f32 dy beside it, BF16/F16
+ * storage, no bias gradient, lda16 ≥ out. Throws std::invalid_argument.
+ */
+void checkRoundedDy(const Gemm& dataGrad, const Gemm& weightGrad);
+/** Checks a cross-entropy's 2-byte gradient output (dlogits16): alone, BF16/F16, ld16 ≥ vocab. */
+void checkCrossEntropyGrad(const CrossEntropyArgs& a);
 
 }  // namespace mamba

@@ -355,6 +355,61 @@ Prepared linearBackwardCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, in
     return p;
 }
 
+/**
+ * Ops::linearBackward with dy handed over already rounded to the weight's 2-byte type (Gemm::a16, rows lddy apart, as
+ * the LM loss does): against the double reference on the rounded dy, and bit for bit against the same call with that
+ * dy widened to f32 (a backend that rounds dy itself rounds it to the same values).
+ */
+Prepared linearBackwardRoundedCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t lddy = out + 6, ldx = in + 7, lddx = in + 5;
+    const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1), x = padded(rng, rows, ldx, in, -1, 1);
+    std::vector<uint16_t> dy16(dy.size());
+    std::vector<float> widened(dy.size());
+    for (size_t i = 0; i < dy.size(); ++i) {
+        dy16[i] = roundToHalf(dy[i], dtype);
+        widened[i] = halfToFloat(dy16[i], dtype);
+    }
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(out), true);
+    const std::vector<float> dx0 = padded(rng, rows, lddx, in, -1, 1);
+    const std::vector<float> dw0 = uniform(rng, static_cast<int64_t>(out) * in, -0.5, 0.5);
+    const float* dx_ = A->put(x);
+    const void* ddy16 = A->putHalf(dy16);
+    struct Outs { float *dx, *dw; };
+    auto outs = [=] { return Outs{A->put(dx0), A->put(dw0)}; };
+    const Outs rounded = outs(), plain = outs();
+    const Gemm data = Gemm::backwardData(GemmMode::Reproducible, nullptr, lddy, rows, w.m, rounded.dx, lddx, beta)
+                          .withRoundedDy(ddy16, lddy);
+    const Gemm weight = Gemm::weightGrad(GemmMode::Reproducible, dtype, nullptr, lddy, dx_, ldx, rows, out, in,
+                                         rounded.dw, nullptr)
+                            .withRoundedDy(ddy16, lddy);
+    p.call = [&ops, data, weight] { ops.linearBackward(data, weight); };
+    const Vec dyd = dense(widened, rows, lddy, out);
+    const Vec wantX = ref::gemmBackwardData(dyd, rows, w.masters, out, in, beta, dense(dx0, rows, lddx, in));
+    Vec wantW = toDouble(dw0);
+    ref::gemmWeightGrad(dyd, dense(x, rows, ldx, in), rows, out, in, wantW, nullptr);
+    const float* dwide = A->put(widened);
+    p.check = [=, &ops] {
+        const std::vector<float> gotX = A->get(rounded.dx, rows * lddx);
+        const std::vector<float> gotW = A->get(rounded.dw, static_cast<int64_t>(out) * in);
+        ops.linearBackward(
+            Gemm::backwardData(GemmMode::Reproducible, dwide, lddy, rows, w.m, plain.dx, lddx, beta),
+            Gemm::weightGrad(GemmMode::Reproducible, dtype, dwide, lddy, dx_, ldx, rows, out, in, plain.dw, nullptr));
+        return std::vector<Compare>{nmax("dx", strip(gotX, rows, lddx, in), wantX, gemmTol(dtype)),
+                                    padding("dx", gotX, rows, lddx, in),
+                                    nmax("dw", gotW, wantW, gemmTol(dtype)),
+                                    bits("dx = f32-dy path", gotX, A->get(plain.dx, rows * lddx)),
+                                    bits("dw = f32-dy path", gotW, A->get(plain.dw, static_cast<int64_t>(out) * in))};
+    };
+    p.outputs = [=] {
+        return Outputs{A->get(rounded.dx, rows * lddx), A->get(rounded.dw, static_cast<int64_t>(out) * in)};
+    };
+    p.flops = 4.0 * rows * out * in;
+    return p;
+}
+
 // ================================================================ norms
 
 Prepared rmsnormCase(Ops& ops, uint64_t seed, int64_t rows, int d) {
@@ -1426,9 +1481,11 @@ Prepared mseCase(Ops& ops, uint64_t seed, int64_t n) {
     return p;
 }
 
-enum class Grad { None, Separate, Aliased };
+// Rounded: the gradient in a 2-byte type (dlogits16), in place (ld16 = 2·vocab), as the LM loss hands it to the head
+enum class Grad { None, Separate, Aliased, Rounded };
 
-Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad grad, bool bigLogits = false) {
+Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad grad, bool bigLogits = false,
+                          int dtype16 = DTYPE_BF16) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -1446,7 +1503,14 @@ Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad
     float* dl = A->put(logits);
     float *dloss = A->poisoned(rows), *dcorrect = A->poisoned(rows);
     float* dgrad = grad == Grad::Separate ? A->poisoned(rows * vocab) : grad == Grad::Aliased ? dl : nullptr;
-    const CrossEntropyArgs a{dl, rows, vocab, A->putInts(targets), kIgnore, scale, dloss, dcorrect, dgrad};
+    const int32_t* dtargets = A->putInts(targets);
+    CrossEntropyArgs a{dl, rows, vocab, dtargets, kIgnore, scale, dloss, dcorrect, dgrad};
+    const int64_t ld16 = 2 * static_cast<int64_t>(vocab);
+    if (grad == Grad::Rounded) {
+        a.dlogits16 = dl;
+        a.ld16 = ld16;
+        a.dtype16 = dtype16;
+    }
     p.call = [&ops, a] { ops.crossEntropy(a); };
     Vec wantLoss(static_cast<size_t>(rows), 0.0), wantGrad(static_cast<size_t>(rows * vocab), 0.0);
     std::vector<float> wantCorrect(static_cast<size_t>(rows), 0.f);
@@ -1457,15 +1521,39 @@ Prepared crossEntropyCase(Ops& ops, uint64_t seed, int64_t rows, int vocab, Grad
         wantLoss[r] = ref::crossEntropyRow(&ld[r * vocab], vocab, targets[r], scale, &wantGrad[r * vocab], &correct);
         wantCorrect[r] = correct ? 1.f : 0.f;
     }
-    p.check = [=] {
+    p.check = [=, &ops] {
         std::vector<Compare> c{nmax("loss", A->get(dloss, rows), wantLoss, kTolLoss),
                                bits("correct", A->get(dcorrect, rows), wantCorrect)};
         if (dgrad) c.push_back(nmax("dlogits", A->get(dgrad, rows * vocab), wantGrad, kTolLoss));
+        if (grad == Grad::Rounded) {
+            // the 2-byte values against the reference, and bit for bit the rounding of the f32 gradient that the
+            // same backend writes for the same logits
+            const std::vector<uint16_t> all = A->getHalf(dl, rows * ld16);
+            std::vector<uint16_t> got16;
+            std::vector<float> widened;
+            for (int64_t r = 0; r < rows; ++r)
+                for (int k = 0; k < vocab; ++k) {
+                    got16.push_back(all[r * ld16 + k]);
+                    widened.push_back(halfToFloat(all[r * ld16 + k], dtype16));
+                }
+            c.push_back(nmax("dlogits16", widened, wantGrad, dtype16 == DTYPE_BF16 ? 8e-3 : 2e-3));
+            CrossEntropyArgs f32 = a;
+            f32.logits = A->put(logits);
+            f32.loss = A->poisoned(rows);
+            f32.correct = A->poisoned(rows);
+            f32.dlogits = A->poisoned(rows * vocab);
+            f32.dlogits16 = nullptr;
+            ops.crossEntropy(f32);
+            std::vector<uint16_t> want16;
+            for (float v : A->get(f32.dlogits, rows * vocab)) want16.push_back(roundToHalf(v, dtype16));
+            c.push_back(bits16("dlogits16 = round(f32 dlogits)", got16, want16));
+        }
         return c;
     };
     p.outputs = [=] {
         Outputs o{A->get(dloss, rows), A->get(dcorrect, rows)};
         if (dgrad) o.push_back(A->get(dgrad, rows * vocab));
+        if (grad == Grad::Rounded) o.push_back(A->get(dl, rows * vocab));
         return o;
     };
     p.bytes = 4.0 * rows * vocab * (dgrad ? 2 : 1);
@@ -1762,6 +1850,10 @@ std::vector<Case> allCases() {
         add("linearBackward", "rows=257 out=300 in=200 beta=1 ld+ dbias", dtype, "repro", need, false,
             [=](Ops& o, uint64_t s) { return linearBackwardCase(o, s, dtype, 257, 300, 200, 1.f, true); });
     }
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        add("linearBackward", "rows=131 out=200 in=72 beta=1 dy rounded (a16)", dtype, "repro",
+            NEED_TRAINING | NEED_LOWP, false,
+            [=](Ops& o, uint64_t s) { return linearBackwardRoundedCase(o, s, dtype, 131, 200, 72, 1.f); });
     // Past CUDA's largest packing workspace (256 MiB): chunks of rows, dW through beta = 1 (CUDA only: 540 MB of dy).
     add("linearBackward", "rows=33000 out=4096 in=8 beta=1 (chunks)", DTYPE_BF16, "repro",
         NEED_TRAINING | NEED_LOWP | NEED_GRAPHS, false,
@@ -2054,8 +2146,22 @@ std::vector<Case> allCases() {
                 format("rows=13 vocab=%d %s ignored=rows%%5==2", vocab,
                        g == Grad::Separate ? "dlogits" : g == Grad::Aliased ? "dlogits=logits" : "no-dlogits"),
                 DTYPE_F32, "-", NEED_TRAINING, false, [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 13, vocab, g); });
+    for (int dt : {DTYPE_BF16, DTYPE_F16})
+        for (int vocab : {1000, 50277})
+            add("crossEntropy", format("rows=7 vocab=%d dlogits16=logits (%s, ld 2·vocab)", vocab, dtypeName(dt)),
+                DTYPE_F32, "-", NEED_TRAINING, false,
+                [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 7, vocab, Grad::Rounded, false, dt); });
     add("crossEntropy", "rows=13 vocab=1000 dlogits logits in [-30,95]", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 13, 1000, Grad::Separate, true); });
+    // CUDA stages a row in shared memory when it fits (16-byte copies when vocab % 4 == 0, else 4-byte ones) and reads
+    // it from global memory when it does not (past ≈ 56k logits on Hopper)
+    add("crossEntropy", "rows=5 vocab=50277 dlogits=logits (staged by 4 bytes)", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 5, 50277, Grad::Aliased); });
+    add("crossEntropy", "rows=3 vocab=65540 dlogits (past shared memory)", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 3, 65540, Grad::Separate); });
+    add("crossEntropy", "rows=3 vocab=65540 dlogits16=logits (BF16, past shared memory: written over its own row)",
+        DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 3, 65540, Grad::Rounded, false, DTYPE_BF16); });
     add("crossEntropy", "rows=512 vocab=50280 dlogits=logits", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return crossEntropyCase(o, s, 512, 50280, Grad::Aliased); });
 

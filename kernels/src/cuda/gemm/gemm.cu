@@ -81,6 +81,7 @@ void validate(const Gemm& g) {
     if (g.w.out < 0 || g.w.in < 0)
         fail(std::string(op) + ": weight shape [" + std::to_string(g.w.out) + ", " + std::to_string(g.w.in) +
              "] is negative");
+    if (g.a16) fail(std::string(op) + ": a rounded dy (a16) is taken by linearBackward only");
     if (g.rows == 0) return;
     if (!g.a || !g.c) fail(std::string(op) + ": null operand");
     const bool fwd = g.kind == GemmKind::Forward;
@@ -225,9 +226,19 @@ void CudaBackend::gemmBackwardData(const Exec& e, const Gemm& g) {
                    "cublasGemmEx (input gradient)");
 }
 
-void CudaBackend::linearBackward(const Gemm& data, const Gemm& weight) {
+void CudaBackend::linearBackward(const Gemm& data0, const Gemm& weight0) {
     Lock lock(mu_);
     enter();
+    const bool rounded = data0.a16 || weight0.a16;
+    if (rounded) checkRoundedDy(data0, weight0);
+    // validate() sees a stand-in f32 dy where dy comes rounded (its pointer is never read)
+    Gemm data = data0, weight = weight0;
+    if (rounded)
+        for (Gemm* g : {&data, &weight}) {
+            g->a = static_cast<const float*>(g->a16);
+            g->lda = g->lda16;
+            g->a16 = nullptr;
+        }
     validate(data);
     validate(weight);
     if (data.kind != GemmKind::BackwardData || weight.kind != GemmKind::WeightGrad || data.rows != weight.rows ||
@@ -236,6 +247,7 @@ void CudaBackend::linearBackward(const Gemm& data, const Gemm& weight) {
         fail("linearBackward: the two products must share rows, dy, the weight's shape, storage type and mode");
     const int out = weight.w.out, in = weight.w.in;
     if (!isLowp(weight.w.dtype) || data.rows == 0 || out == 0 || in == 0) {
+        if (rounded && data.rows > 0) fail("linearBackward: a rounded dy needs a non-empty BF16/F16 weight");
         runGemm(weight);
         runGemm(data);
         return;
@@ -243,7 +255,8 @@ void CudaBackend::linearBackward(const Gemm& data, const Gemm& weight) {
     if (!data.w.lowp)
         fail("linearBackward: the weight [" + std::to_string(out) + ", " + std::to_string(in) + "] has no 2-byte values");
     const int64_t rows = data.rows;
-    if (!disjoint(data.c, span(rows, data.ldc, in), data.a, span(rows, data.lda, out)) ||
+    const int64_t dy_bytes_per = rounded ? 2 : 4;  // the overlap test in floats: a 2-byte dy spans half as many
+    if (!disjoint(data.c, span(rows, data.ldc, in), data.a, (span(rows, data.lda, out) * dy_bytes_per + 3) / 4) ||
         !disjoint(data.c, span(rows, data.ldc, in), weight.b, span(rows, weight.ldb, in)))
         fail("linearBackward: the input gradient overlaps dy or x");
     toInt(rows, "linearBackward", "rows");
@@ -251,18 +264,18 @@ void CudaBackend::linearBackward(const Gemm& data, const Gemm& weight) {
     const Exec e = nextExec();
     // The chunk is a function of the shape alone (as many rows as kPackWorkspaceMaxBytes holds), so the weight
     // gradient's sum order never depends on what the context ran before; usually it is one product over every row.
-    const size_t row_bytes = 2 * (static_cast<size_t>(in) + out);
+    const size_t row_bytes = 2 * (static_cast<size_t>(in) + (rounded ? 0 : out));
     const int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(rows, static_cast<int64_t>((kPackWorkspaceMaxBytes - 256) / row_bytes)));
     const size_t x_bytes = (static_cast<size_t>(chunk) * in * 2 + 255) / 256 * 256;
-    char* ws = static_cast<char*>(packWorkspace(x_bytes + static_cast<size_t>(chunk) * out * 2));
-    packedBackward(e, weight, &data, ws, ws + x_bytes, chunk);
+    char* ws = static_cast<char*>(packWorkspace(x_bytes + (rounded ? 0 : static_cast<size_t>(chunk) * out * 2)));
+    packedBackward(e, weight, &data, ws, rounded ? nullptr : ws + x_bytes, chunk, rounded);
     if (weight.dbias)
         train::columnSums(e, weight.a, weight.lda, nullptr, 0, nullptr, rows, out, weight.dbias, trainScratch());
 }
 
 void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp,
-                                 int64_t chunk) {
+                                 int64_t chunk, bool dy_rounded) {
     const int out = weight.w.out, in = weight.w.in;
     const cublasHandle h = blas();
     const CublasApi& api = cublas();
@@ -272,14 +285,22 @@ void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* 
     for (int64_t r0 = 0; r0 < weight.rows; r0 += chunk) {
         const int64_t n = std::min(chunk, weight.rows - r0);
         rowsToLowp(e, weight.b + r0 * weight.ldb, weight.ldb, n, in, xp, weight.w.dtype);
-        rowsToLowp(e, weight.a + r0 * weight.lda, weight.lda, n, out, dyp, weight.w.dtype);
+        // dy: packed here, or already rounded by its producer (then `a` points at the 2-byte rows, ld = lda)
+        const void* dy = dyp;
+        int lddy = out;
+        if (dy_rounded) {
+            dy = reinterpret_cast<const char*>(weight.a) + r0 * weight.lda * 2;
+            lddy = static_cast<int>(weight.lda);
+        } else {
+            rowsToLowp(e, weight.a + r0 * weight.lda, weight.lda, n, out, dyp, weight.w.dtype);
+        }
         if (data)
             checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, in, static_cast<int>(n), out, &one, data->w.lowp, type, in,
-                                   dyp, type, out, &data->beta, data->c + r0 * data->ldc, CUDA_R_32F,
+                                   dy, type, lddy, &data->beta, data->c + r0 * data->ldc, CUDA_R_32F,
                                    static_cast<int>(data->ldc), kCublasCompute32F, kCublasGemmDefault),
                         "cublasGemmEx (input gradient)");
-        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xp, type, in, dyp, type,
-                               out, &one, weight.c, CUDA_R_32F, in, kCublasCompute32F, kCublasGemmDefault),
+        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xp, type, in, dy, type,
+                               lddy, &one, weight.c, CUDA_R_32F, in, kCublasCompute32F, kCublasGemmDefault),
                     "cublasGemmEx (weight gradient)");
     }
 }

@@ -1,0 +1,30 @@
+// Checks of op arguments that every backend makes the same way (declared in ops/ops.h).
+#include "core/errors.h"
+#include "ops/ops.h"
+
+#include <string>
+
+namespace mamba {
+
+void checkRoundedDy(const Gemm& dataGrad, const Gemm& weightGrad) {
+    if (dataGrad.a16 != weightGrad.a16 || dataGrad.lda16 != weightGrad.lda16 || dataGrad.a || weightGrad.a)
+        fail("linearBackward: a rounded dy (a16) must be the same in both products, with no f32 dy beside it");
+    const int dtype = weightGrad.w.dtype;
+    if (dtype != DTYPE_BF16 && dtype != DTYPE_F16)
+        fail("linearBackward: a rounded dy needs BF16 or F16 weight storage, not dtype code " + std::to_string(dtype));
+    if (weightGrad.dbias) fail("linearBackward: a rounded dy cannot give a bias gradient (it sums the f32 dy)");
+    if (weightGrad.rows > 1 && weightGrad.lda16 < weightGrad.w.out)
+        fail("linearBackward: lda16 = " + std::to_string(weightGrad.lda16) + " is less than the " +
+             std::to_string(weightGrad.w.out) + " outputs");
+}
+
+void checkCrossEntropyGrad(const CrossEntropyArgs& a) {
+    if (!a.dlogits16) return;
+    if (a.dlogits) fail("crossEntropy: dlogits and dlogits16 are both set; the gradient goes to one of them");
+    if (a.dtype16 != DTYPE_BF16 && a.dtype16 != DTYPE_F16)
+        fail("crossEntropy: dtype16 must be BF16 or F16, not dtype code " + std::to_string(a.dtype16));
+    if (a.rows > 1 && a.ld16 < a.vocab)
+        fail("crossEntropy: ld16 = " + std::to_string(a.ld16) + " is less than the vocabulary " + std::to_string(a.vocab));
+}
+
+}  // namespace mamba
