@@ -160,7 +160,7 @@ private:
     /**
      * The 2-byte backward of `weight` (WeightGrad) and, when `data` is given, of its input gradient over the same dy:
      * chunk by chunk, x and dy rounded to W's type into xp / dyp (each `chunk` rows; dy_rounded: dy came rounded, its
-     * 2-byte rows at weight.a with ld weight.lda, and dyp is unused), then
+     * 2-byte rows at weight.a with ld weight.lda, copied into dyp, or read in place when dyp is null), then
      * dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. dbias is the caller's.
      */
     void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp, int64_t chunk,

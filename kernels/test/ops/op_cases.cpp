@@ -360,11 +360,12 @@ Prepared linearBackwardCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, in
  * the LM loss does): against the double reference on the rounded dy, and bit for bit against the same call with that
  * dy widened to f32 (a backend that rounds dy itself rounds it to the same values).
  */
-Prepared linearBackwardRoundedCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta) {
+Prepared linearBackwardRoundedCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta,
+                                   int64_t lddy) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const int64_t lddy = out + 6, ldx = in + 7, lddx = in + 5;
+    const int64_t ldx = in + 7, lddx = in + 5;
     const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1), x = padded(rng, rows, ldx, in, -1, 1);
     std::vector<uint16_t> dy16(dy.size());
     std::vector<float> widened(dy.size());
@@ -1850,10 +1851,14 @@ std::vector<Case> allCases() {
         add("linearBackward", "rows=257 out=300 in=200 beta=1 ld+ dbias", dtype, "repro", need, false,
             [=](Ops& o, uint64_t s) { return linearBackwardCase(o, s, dtype, 257, 300, 200, 1.f, true); });
     }
+    // dy handed over rounded: rows 16-byte aligned as the LM loss writes them (CUDA reads them in place), and not
+    // (CUDA copies them to the packed layout first); both bit for bit the f32-dy path
     for (int dtype : {DTYPE_BF16, DTYPE_F16})
-        add("linearBackward", "rows=131 out=200 in=72 beta=1 dy rounded (a16)", dtype, "repro",
-            NEED_TRAINING | NEED_LOWP, false,
-            [=](Ops& o, uint64_t s) { return linearBackwardRoundedCase(o, s, dtype, 131, 200, 72, 1.f); });
+        for (int64_t lddy : {400, 206})
+            add("linearBackward", format("rows=131 out=200 in=72 beta=1 dy rounded (a16) ld=%d", static_cast<int>(lddy)),
+                dtype, "repro", NEED_TRAINING | NEED_LOWP, false, [=](Ops& o, uint64_t s) {
+                    return linearBackwardRoundedCase(o, s, dtype, 131, 200, 72, 1.f, lddy);
+                });
     // Past CUDA's largest packing workspace (256 MiB): chunks of rows, dW through beta = 1 (CUDA only: 540 MB of dy).
     add("linearBackward", "rows=33000 out=4096 in=8 beta=1 (chunks)", DTYPE_BF16, "repro",
         NEED_TRAINING | NEED_LOWP | NEED_GRAPHS, false,

@@ -264,12 +264,17 @@ void CudaBackend::linearBackward(const Gemm& data0, const Gemm& weight0) {
     const Exec e = nextExec();
     // The chunk is a function of the shape alone (as many rows as kPackWorkspaceMaxBytes holds), so the weight
     // gradient's sum order never depends on what the context ran before; usually it is one product over every row.
-    const size_t row_bytes = 2 * (static_cast<size_t>(in) + (rounded ? 0 : out));
+    // A rounded dy keeps the same chunk, so that it sums in the same order as the f32 dy it stands for.
+    const size_t row_bytes = 2 * (static_cast<size_t>(in) + out);
     const int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(rows, static_cast<int64_t>((kPackWorkspaceMaxBytes - 256) / row_bytes)));
+    // cuBLAS picks its kernel by the operands' alignment too: a rounded dy is read in place only where it is aligned
+    // as the packed one is (16-byte rows), else it is copied to the packed layout — either way the same product.
+    const bool in_place = rounded && out % 8 == 0 && weight.lda % 8 == 0 &&
+                          reinterpret_cast<uintptr_t>(weight.a) % 16 == 0;
     const size_t x_bytes = (static_cast<size_t>(chunk) * in * 2 + 255) / 256 * 256;
-    char* ws = static_cast<char*>(packWorkspace(x_bytes + (rounded ? 0 : static_cast<size_t>(chunk) * out * 2)));
-    packedBackward(e, weight, &data, ws, rounded ? nullptr : ws + x_bytes, chunk, rounded);
+    char* ws = static_cast<char*>(packWorkspace(x_bytes + (in_place ? 0 : static_cast<size_t>(chunk) * out * 2)));
+    packedBackward(e, weight, &data, ws, in_place ? nullptr : ws + x_bytes, chunk, rounded);
     if (weight.dbias)
         train::columnSums(e, weight.a, weight.lda, nullptr, 0, nullptr, rows, out, weight.dbias, trainScratch());
 }
@@ -285,14 +290,21 @@ void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* 
     for (int64_t r0 = 0; r0 < weight.rows; r0 += chunk) {
         const int64_t n = std::min(chunk, weight.rows - r0);
         rowsToLowp(e, weight.b + r0 * weight.ldb, weight.ldb, n, in, xp, weight.w.dtype);
-        // dy: packed here, or already rounded by its producer (then `a` points at the 2-byte rows, ld = lda)
+        // dy: rounded and packed here; or rounded by its producer (`a` points at 2-byte rows, ld = lda), then read in
+        // place (no dyp) or copied to the packed layout
         const void* dy = dyp;
         int lddy = out;
-        if (dy_rounded) {
+        if (!dy_rounded) {
+            rowsToLowp(e, weight.a + r0 * weight.lda, weight.lda, n, out, dyp, weight.w.dtype);
+        } else if (!dyp) {
             dy = reinterpret_cast<const char*>(weight.a) + r0 * weight.lda * 2;
             lddy = static_cast<int>(weight.lda);
         } else {
-            rowsToLowp(e, weight.a + r0 * weight.lda, weight.lda, n, out, dyp, weight.w.dtype);
+            check(cudaMemcpy2DAsync(dyp, static_cast<size_t>(out) * 2,
+                                    reinterpret_cast<const char*>(weight.a) + r0 * weight.lda * 2,
+                                    static_cast<size_t>(weight.lda) * 2, static_cast<size_t>(out) * 2,
+                                    static_cast<size_t>(n), cudaMemcpyDeviceToDevice, e.stream),
+                  "linearBackward (dy copy)");
         }
         if (data)
             checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, in, static_cast<int>(n), out, &one, data->w.lowp, type, in,
