@@ -20,8 +20,15 @@ public:
     virtual ~LayerBuffers() = default;
 };
 
-/** What the buffers must hold: a forward only, a forward whose activations backward reads, or backward scratch. */
-enum class BufferUse { Inference, Tape, Backward };
+/**
+ * What the buffers must hold: a forward only; a forward whose activations backward reads (Tape); the same with the
+ * products' inputs also kept rounded to the weights' 2-byte type for the weight gradients (TapeRounded: BF16/F16
+ * storage on a backend with Capabilities::rounds_backward_operands — an architecture may keep those instead of
+ * rounding its f32 activations again in backward, and keep f32 activations that only products read in the forward's
+ * scratch, LayerCall::scratch); or backward scratch.
+ */
+enum class BufferUse { Inference, Tape, TapeRounded, Backward };
+inline bool isTape(BufferUse use) { return use == BufferUse::Tape || use == BufferUse::TapeRounded; }
 
 /** One layer's forward or backward over B rows of T steps (rows r = b·T + t, batch-major). */
 struct LayerCall {
@@ -36,6 +43,8 @@ struct LayerCall {
     // backward, state carry (optional, null = none), laid out as `state` (row b at + b·state_stride):
     const float* dend;     // ∂L/∂(this layer's state after the forward), e.g. from the next window's backward
     float* dstart;         // out: ∂L/∂(this layer's state before the forward) (overwritten)
+    // training forward: the backward's scratch buffers (BufferUse::Backward), free until backward runs
+    LayerBuffers* scratch;
 };
 
 class Architecture {

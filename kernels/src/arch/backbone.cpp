@@ -68,10 +68,10 @@ LayerCall BackboneRunner::call(int layer, int B, int T, GemmMode mode, float* st
     return c;
 }
 
-bool BackboneRunner::reserve(Ops& ops, int B, int T, bool tape) {
+bool BackboneRunner::reserve(Ops& ops, int B, int T, BufferUse use) {
     const Architecture& arch = *bb_.arch;
     const int64_t R = static_cast<int64_t>(B) * T, D = bb_.dims.d_model;
-    if (!tape) {
+    if (!isTape(use)) {
         if (!layer_) layer_ = arch.newBuffers();
         bool moved = resid_.ensure(ops, R * D);
         moved |= normed_.ensure(ops, R * D);
@@ -87,10 +87,16 @@ bool BackboneRunner::reserve(Ops& ops, int B, int T, bool tape) {
         scratch_ = arch.newBuffers();
     }
     for (Buffer& b : entering_) moved |= b.ensure(ops, R * D);
-    for (auto& t : tape_) moved |= arch.reserve(ops, *t, B, T, BufferUse::Tape);
+    for (auto& t : tape_) moved |= arch.reserve(ops, *t, B, T, use);
     moved |= arch.reserve(ops, *scratch_, B, T, BufferUse::Backward);
     moved |= dresid_.ensure(ops, R * D);
     return moved;
+}
+
+BufferUse BackboneRunner::tapeUse(const Ops& ops, int dtype) {
+    // Where the backend rounds 2-byte products' operands, the tape keeps them rounded for the weight gradients.
+    const bool lowp = dtype == DTYPE_BF16 || dtype == DTYPE_F16;
+    return lowp && ops.capabilities().rounds_backward_operands ? BufferUse::TapeRounded : BufferUse::Tape;
 }
 
 void BackboneRunner::stem(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode, float* h0) {
@@ -108,7 +114,7 @@ void BackboneRunner::forward(Ops& ops, const WeightView& w, const ForwardIO& io,
     const BackboneDims& d = bb_.dims;
     const int B = io.B, T = io.T;
     const int64_t R = static_cast<int64_t>(B) * T;
-    reserve(ops, B, T, false);
+    reserve(ops, B, T, BufferUse::Inference);
     float* h = resid_.data();
     stem(ops, w, io, mode, h);
     for (int i = 0; i < d.n_layers; ++i) {
@@ -136,7 +142,7 @@ void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO&
     require(io.ids == nullptr || bb_.embedding >= 0, "token ids need a language model");
     const int B = io.B, T = io.T;
     const int64_t R = static_cast<int64_t>(B) * T;
-    reserve(ops, B, T, true);
+    reserve(ops, B, T, tapeUse(ops, w.layout->dtype));
     have_tape_ = false;
     if (mode == GemmMode::Fast) throw std::logic_error("the training forward needs reproducible products");
     stem(ops, w, io, mode, entering_[0].data());
@@ -144,6 +150,7 @@ void BackboneRunner::forwardTape(Ops& ops, const WeightView& w, const ForwardIO&
         ops.copy(entering_[i + 1].data(), entering_[i].data(), R * d.d_model);
         LayerCall c = call(i, B, T, mode, io.state);
         c.resid = entering_[i + 1].data();
+        c.scratch = scratch_.get();
         bb_.arch->forwardLayer(ops, w, c, *tape_[i], true);
     }
     ops.rmsnorm(RmsNormArgs{entering_[d.n_layers].data(), d.d_model, w.vec(bb_.norm_f), R, d.d_model, d.eps, io.out,

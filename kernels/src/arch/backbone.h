@@ -57,8 +57,13 @@ class BackboneRunner {
 public:
     explicit BackboneRunner(const Backbone& backbone) : bb_(backbone) {}
 
-    /** Sizes the buffers for B rows of T steps (tape: per-layer activations for backward); true if any moved. */
-    bool reserve(Ops& ops, int B, int T, bool tape);
+    /**
+     * Sizes the buffers for B rows of T steps (Inference; or Tape / TapeRounded: per-layer activations for backward);
+     * true if any moved.
+     */
+    bool reserve(Ops& ops, int B, int T, BufferUse use);
+    /** The tape a training forward over weights stored in `dtype` keeps on this backend (Tape or TapeRounded). */
+    static BufferUse tapeUse(const Ops& ops, int dtype);
 
     /** Inference forward: products in `mode`, nothing kept. */
     void forward(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode);

@@ -172,7 +172,8 @@ void validate(const Gemm& g) {
     const unsigned kind = static_cast<unsigned>(g.kind);
     if (kind > 2) bad(g, "unknown GemmKind " + std::to_string(kind));
     if (g.rows < 0 || g.rows > INT_MAX) bad(g, "rows must be in [0, 2^31)");
-    if (g.a16) bad(g, "a rounded dy (a16) is taken by linearBackward only");
+    if (g.a16 || g.b16) bad(g, "rounded operands (a16, b16) are taken by linearBackward only");
+    if (g.keep16) bad(g, "keep16 needs a backend that rounds its operands (Capabilities::rounds_backward_operands)");
     if (g.w.out < 0 || g.w.in < 0) bad(g, "negative weight shape");
     const bool emptyW = static_cast<int64_t>(g.w.out) * g.w.in == 0;
     if (g.kind == GemmKind::Forward) {  // W is read in its storage type

@@ -361,7 +361,7 @@ CudaBackend::NormFusion CudaBackend::normFusion(const RmsNormArgs& norm, const G
     // block 0 writes norm.y and every block writes y, so those may not overlap.
     const int64_t rows = linear.rows;
     const Matrix& w = linear.w;
-    if (!fuse_ || rows < 1) return NormFusion::kNone;
+    if (!fuse_ || rows < 1 || linear.keep16) return NormFusion::kNone;  // (the fused kernels keep no rounded x)
     const void* wp = forwardStorage(w, "normLinear");
     NormFusion kind = NormFusion::kNone;
     if (linear.mode == GemmMode::Deterministic) {
@@ -473,6 +473,7 @@ namespace {
 void requireDtProjectionContract(const ScanArgs& s, const Gemm& p) {
     const int64_t rows = static_cast<int64_t>(s.batch) * s.steps;
     if (p.kind != GemmKind::Forward) fail("selectiveScan: dtProj must be a Forward product");
+    if (p.keep16) fail("selectiveScan: dtProj cannot keep its rounded x (keep16): it may run inside the scan");
     if (p.c != s.dt) fail("selectiveScan: dtProj must write the scan's dt");
     if (p.rows != rows)
         fail("selectiveScan: dtProj has " + std::to_string(p.rows) + " rows, the scan " + std::to_string(rows));

@@ -153,18 +153,31 @@ private:
     /**
      * y[r] = W'·x[r] + beta·y[r] for 2-byte W (opW: kCublasOpT forward, kCublasOpN input gradient; m outputs,
      * k inputs per row): x's rows packed to W's type in the workspace a chunk at a time, cublasGemmEx with f32
-     * accumulation. The chunk size depends on k and the workspace alone.
+     * accumulation. The chunk size depends on k and the workspace alone. With `keep` the packed rows are also left
+     * there ([rows, k] dense: Gemm::keep16).
      */
     void packedRowsGemm(const Exec& e, int opW, int m, int k, const void* w, int ldw, int dtype, const float* x,
-                        int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy, void* packed, const char* what);
+                        int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy, void* packed, const char* what,
+                        void* keep = nullptr);
     /**
-     * The 2-byte backward of `weight` (WeightGrad) and, when `data` is given, of its input gradient over the same dy:
-     * chunk by chunk, x and dy rounded to W's type into xp / dyp (each `chunk` rows; dy_rounded: dy came rounded, its
-     * 2-byte rows at weight.a with ld weight.lda, copied into dyp, or read in place when dyp is null), then
-     * dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ. dbias is the caller's.
+     * An operand of a 2-byte product, handed over chunk by chunk of rows: f32 rows (`f32`, ld) rounded into `pack`
+     * (dense); or rows already rounded (`rounded`, ld in 2-byte values) read in place (no pack) or copied into `pack`.
      */
-    void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp, int64_t chunk,
-                        bool dy_rounded = false);
+    struct LowpOperand {
+        const float* f32;
+        int64_t ld;
+        const void* rounded;
+        void* pack;
+        /** Rows [r0, r0 + n) of `width` values in W's type; *ld_out gets their ld. */
+        const void* chunk(const Exec& e, int64_t r0, int64_t n, int width, int dtype, int* ld_out) const;
+    };
+    /**
+     * The 2-byte backward of `weight` (WeightGrad) and, when `data` is given, of its input gradient over the same dy,
+     * `chunk` rows at a time: dxᶜ(in×n) = Wᶜ(in×out) · dyᶜ(out×n) and dwᶜ(in×out) += xᶜ(in×n) · dyᶜ(out×n)ᵀ.
+     * dbias is the caller's.
+     */
+    void packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, const LowpOperand& x,
+                        const LowpOperand& dy, int64_t chunk);
     // the fusion decisions (the lock is held)
     /** Which kernel runs normLinear's two ops (and, with `conv`, decode's conv step) as one; kNone: apart. */
     enum class NormFusion { kNone, kGemv, kTensorChain };

@@ -157,12 +157,12 @@ __global__ void __launch_bounds__(kCeThreads) crossEntropyKernel(const float* lo
             __syncthreads();
             if (k < vocab) dl[k] = gradOut<OutT>(v);
         }
-        return;
-    }
-    for (int k = tid; k < vocab; k += kCeThreads) {
-        float v = __fmul_rn(expf(l[k] - m), inv);
-        if (k == target) v -= scale;
-        dl[k] = gradOut<OutT>(v);
+    } else {
+        for (int k = tid; k < vocab; k += kCeThreads) {
+            float v = __fmul_rn(expf(l[k] - m), inv);
+            if (k == target) v -= scale;
+            dl[k] = gradOut<OutT>(v);
+        }
     }
 }
 

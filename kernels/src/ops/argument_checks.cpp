@@ -6,16 +6,28 @@
 
 namespace mamba {
 
-void checkRoundedDy(const Gemm& dataGrad, const Gemm& weightGrad) {
-    if (dataGrad.a16 != weightGrad.a16 || dataGrad.lda16 != weightGrad.lda16 || dataGrad.a || weightGrad.a)
-        fail("linearBackward: a rounded dy (a16) must be the same in both products, with no f32 dy beside it");
+void checkRoundedOperands(const Gemm& dataGrad, const Gemm& weightGrad) {
+    if (dataGrad.keep16 || weightGrad.keep16) fail("linearBackward: keep16 belongs to forward products");
+    if (dataGrad.b16) fail("linearBackward: the input gradient has no x to give rounded (b16)");
+    const bool dy16 = dataGrad.a16 || weightGrad.a16;
+    if (!dy16 && !weightGrad.b16) return;
     const int dtype = weightGrad.w.dtype;
     if (dtype != DTYPE_BF16 && dtype != DTYPE_F16)
-        fail("linearBackward: a rounded dy needs BF16 or F16 weight storage, not dtype code " + std::to_string(dtype));
-    if (weightGrad.dbias) fail("linearBackward: a rounded dy cannot give a bias gradient (it sums the f32 dy)");
-    if (weightGrad.rows > 1 && weightGrad.lda16 < weightGrad.w.out)
-        fail("linearBackward: lda16 = " + std::to_string(weightGrad.lda16) + " is less than the " +
-             std::to_string(weightGrad.w.out) + " outputs");
+        fail("linearBackward: rounded operands need BF16 or F16 weight storage, not dtype code " + std::to_string(dtype));
+    if (dy16) {
+        if (dataGrad.a16 != weightGrad.a16 || dataGrad.lda16 != weightGrad.lda16 || dataGrad.a || weightGrad.a)
+            fail("linearBackward: a rounded dy (a16) must be the same in both products, with no f32 dy beside it");
+        if (weightGrad.dbias) fail("linearBackward: a rounded dy cannot give a bias gradient (it sums the f32 dy)");
+        if (weightGrad.rows > 1 && weightGrad.lda16 < weightGrad.w.out)
+            fail("linearBackward: lda16 = " + std::to_string(weightGrad.lda16) + " is less than the " +
+                 std::to_string(weightGrad.w.out) + " outputs");
+    }
+    if (weightGrad.b16) {
+        if (weightGrad.b) fail("linearBackward: a rounded x (b16) with an f32 x beside it");
+        if (weightGrad.rows > 1 && weightGrad.ldb16 < weightGrad.w.in)
+            fail("linearBackward: ldb16 = " + std::to_string(weightGrad.ldb16) + " is less than the " +
+                 std::to_string(weightGrad.w.in) + " inputs");
+    }
 }
 
 void checkCrossEntropyGrad(const CrossEntropyArgs& a) {

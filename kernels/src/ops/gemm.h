@@ -62,6 +62,14 @@ struct Gemm {
     // writes (the LM loss's cross-entropy) saves the packing pass; `a` may then be null (no dbias).
     const void* a16 = nullptr;
     int64_t lda16 = 0;
+    // WeightGrad through linearBackward only: x already rounded to the weight's 2-byte type, [rows, ldb16] — e.g. the
+    // copy its forward product left in keep16; `b` may then be null.
+    const void* b16 = nullptr;
+    int64_t ldb16 = 0;
+    // Forward, BF16/F16 weights, backends with Capabilities::rounds_backward_operands only: also leave x rounded to
+    // the weight's type here, [rows, in] dense, overlapping no other operand (the training tape keeps it for the
+    // weight gradient, which then need not round x again).
+    void* keep16 = nullptr;
 
     /** y = beta·y + x·Wᵀ (+ bias). */
     static Gemm forward(GemmMode mode, const float* x, int64_t ldx, int64_t rows, const Matrix& w, const float* bias,
@@ -87,6 +95,21 @@ struct Gemm {
         g.lda = 0;
         g.a16 = dy16;
         g.lda16 = lddy16;
+        return g;
+    }
+    /** The same weight gradient with x given rounded to the weight's 2-byte type (see b16) instead of in f32. */
+    Gemm withRoundedX(const void* x16, int64_t ldx16) const {
+        Gemm g = *this;
+        g.b = nullptr;
+        g.ldb = 0;
+        g.b16 = x16;
+        g.ldb16 = ldx16;
+        return g;
+    }
+    /** The same forward product, also leaving its x rounded in `x16` (see keep16). */
+    Gemm keepingRoundedX(void* x16) const {
+        Gemm g = *this;
+        g.keep16 = x16;
         return g;
     }
     static GemmMode backwardMode(GemmMode m) { return m == GemmMode::Pedantic ? m : GemmMode::Reproducible; }

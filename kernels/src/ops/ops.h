@@ -28,8 +28,9 @@ struct Capabilities {
     // The most logits a language model's loss keeps at once (BackboneRunner::lmBlockRows): bigger blocks of rows
     // make the head's products more efficient, smaller ones save memory.
     int64_t logits_block_floats = int64_t{1} << 24;
-    // BF16/F16 backward products round dy to the weight's type (CUDA; the CPU keeps f32 operands): a producer that
-    // hands linearBackward dy already rounded (Gemm::a16) then gives the same bits without a packing pass.
+    // BF16/F16 products round their f32 operands to the weight's type (CUDA; the CPU keeps f32 operands): a producer
+    // that hands linearBackward dy or x already rounded (Gemm::a16 / b16) then gives the same bits without a packing
+    // pass, and a forward product can leave its rounded x for the weight gradient (Gemm::keep16).
     bool rounds_backward_operands = false;
 };
 
@@ -364,8 +365,8 @@ public:
      * Named fusion: a weight's two backward products over the same dy — `dataGrad` (BackwardData) and `weightGrad`
      * (WeightGrad): the same rows, dy, weight shape, storage type and mode. dataGrad's output may overlap neither dy
      * nor weightGrad's x. A backend may round dy (and x) to the weight's storage type once for both products.
-     * dy may come rounded to the weight's 2-byte type (Gemm::a16, the same in both) instead of in f32.
-     * Default: the two products in sequence, the weight gradient first (dy widened to f32 first when rounded).
+     * dy (Gemm::a16, the same in both) and x (Gemm::b16) may come rounded to the weight's 2-byte type instead of in f32.
+     * Default: the two products in sequence, the weight gradient first (rounded operands widened to f32 first).
      */
     virtual void linearBackward(const Gemm& dataGrad, const Gemm& weightGrad);
 
@@ -473,10 +474,11 @@ public:
 };
 
 /**
- * Checks a dy handed to linearBackward rounded (Gemm::a16): the same in both products, no f32 dy beside it, BF16/F16
- * storage, no bias gradient, lda16 ≥ out. Throws std::invalid_argument.
+ * Checks the operands handed to linearBackward rounded: dy (Gemm::a16) the same in both products with no f32 dy
+ * beside it, no bias gradient, lda16 ≥ out; x (Gemm::b16) on the weight gradient only, ldb16 ≥ in; BF16/F16 storage;
+ * no keep16. Throws std::invalid_argument.
  */
-void checkRoundedDy(const Gemm& dataGrad, const Gemm& weightGrad);
+void checkRoundedOperands(const Gemm& dataGrad, const Gemm& weightGrad);
 /** Checks a cross-entropy's 2-byte gradient output (dlogits16): alone, BF16/F16, ld16 ≥ vocab. */
 void checkCrossEntropyGrad(const CrossEntropyArgs& a);
 

@@ -138,7 +138,7 @@ void ModelImpl::launch(float* state, Input staged, int B, int T, float* out, boo
 }
 
 bool ModelImpl::reserve(int B, int T, int64_t inN, int64_t outN) {
-    bool moved = runner_.reserve(*ops, B, T, false);
+    bool moved = runner_.reserve(*ops, B, T, BufferUse::Inference);
     moved |= x_stage_.ensure(*ops, inN);
     moved |= y_stage_.ensure(*ops, outN);
     if (moved) dropGraphs();  // a captured step would read the old buffers

@@ -40,7 +40,7 @@ TrainerReplica::TrainerReplica(ModelImpl& m, Ops& ops, int B, int T)
     }
     y_stage = Buffer(ops, R * d.d_model);
     dy_stage = Buffer(ops, R * d.d_model);
-    runner.reserve(ops, B, T, true);
+    runner.reserve(ops, B, T, BackboneRunner::tapeUse(ops, m.dtype));
 }
 
 }  // namespace mamba

@@ -19,6 +19,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
 
 namespace optest {
 namespace {
@@ -154,6 +155,51 @@ Prepared gemmForwardCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int6
     p.outputs = [=] { return Outputs{A->get(dy, rows * ldy)}; };
     p.flops = 2.0 * rows * out * in;
     p.bytes = storageBytes(dtype) * out * in + 4.0 * rows * (in + out * (beta != 0 ? 2 : 1));
+    return p;
+}
+
+/**
+ * A forward product that also leaves its x rounded to W's 2-byte type (Gemm::keep16) for the weight gradient: y bit for
+ * bit the same product without keep16, and the kept values bit for bit x rounded to nearest even. Backends that do
+ * not round their operands (no Capabilities::rounds_backward_operands) must refuse keep16 with invalid_argument.
+ */
+Prepared gemmKeepCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int out, int in) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = in + 3;
+    const std::vector<float> x = padded(rng, rows, ldx, in, -1, 1);
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(in), false);
+    const float* dx = A->put(x);
+    float *y = A->poisoned(rows * out), *yPlain = A->poisoned(rows * out);
+    float* keep = A->poisoned((rows * in + 1) / 2);
+    const Gemm g = Gemm::forward(mode, dx, ldx, rows, w.m, nullptr, y, out, 0.f).keepingRoundedX(keep);
+    if (!ops.capabilities().rounds_backward_operands) {
+        p.check = [=, &ops] {
+            double refused = 0;
+            try {
+                ops.gemm(g);
+            } catch (const std::invalid_argument&) {
+                refused = 1;
+            }
+            return std::vector<Compare>{Compare{"keep16 refused (invalid_argument)", "bits", 1 - refused, 0}};
+        };
+        return p;
+    }
+    p.call = [&ops, g] { ops.gemm(g); };
+    const Vec want = ref::gemmForward(dense(x, rows, ldx, in), rows, w.stored, out, in, {}, 0.f, {});
+    std::vector<uint16_t> wantKeep;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int k = 0; k < in; ++k) wantKeep.push_back(roundToHalf(x[r * ldx + k], dtype));
+    p.check = [=, &ops] {
+        const std::vector<float> got = A->get(y, rows * out);
+        ops.gemm(Gemm::forward(mode, dx, ldx, rows, w.m, nullptr, yPlain, out, 0.f));
+        return std::vector<Compare>{nmax("y", got, want, gemmTol(dtype)),
+                                    bits("y = the product without keep16", got, A->get(yPlain, rows * out)),
+                                    bits16("keep16 = round(x)", A->getHalf(keep, rows * in), wantKeep)};
+    };
+    p.outputs = [=] { return Outputs{A->get(y, rows * out)}; };
+    p.flops = 2.0 * rows * out * in;
     return p;
 }
 
@@ -361,48 +407,60 @@ Prepared linearBackwardCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, in
  * dy widened to f32 (a backend that rounds dy itself rounds it to the same values).
  */
 Prepared linearBackwardRoundedCase(Ops& ops, uint64_t seed, int dtype, int64_t rows, int out, int in, float beta,
-                                   int64_t lddy) {
+                                   int64_t lddy, int64_t ldx, bool roundDy, bool roundX) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const int64_t ldx = in + 7, lddx = in + 5;
+    const int64_t lddx = in + 5;
     const std::vector<float> dy = padded(rng, rows, lddy, out, -1, 1), x = padded(rng, rows, ldx, in, -1, 1);
-    std::vector<uint16_t> dy16(dy.size());
-    std::vector<float> widened(dy.size());
-    for (size_t i = 0; i < dy.size(); ++i) {
-        dy16[i] = roundToHalf(dy[i], dtype);
-        widened[i] = halfToFloat(dy16[i], dtype);
-    }
+    // the operands handed over rounded, and the f32 values they stand for
+    auto round = [dtype](const std::vector<float>& v, std::vector<uint16_t>& v16, std::vector<float>& wide) {
+        v16.resize(v.size());
+        wide.resize(v.size());
+        for (size_t i = 0; i < v.size(); ++i) {
+            v16[i] = roundToHalf(v[i], dtype);
+            wide[i] = halfToFloat(v16[i], dtype);
+        }
+    };
+    std::vector<uint16_t> dy16, x16;
+    std::vector<float> dyWide, xWide;
+    round(dy, dy16, dyWide);
+    round(x, x16, xWide);
+    if (!roundDy) dyWide = dy;
+    if (!roundX) xWide = x;
     const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(out), true);
     const std::vector<float> dx0 = padded(rng, rows, lddx, in, -1, 1);
     const std::vector<float> dw0 = uniform(rng, static_cast<int64_t>(out) * in, -0.5, 0.5);
-    const float* dx_ = A->put(x);
-    const void* ddy16 = A->putHalf(dy16);
     struct Outs { float *dx, *dw; };
     auto outs = [=] { return Outs{A->put(dx0), A->put(dw0)}; };
     const Outs rounded = outs(), plain = outs();
-    const Gemm data = Gemm::backwardData(GemmMode::Reproducible, nullptr, lddy, rows, w.m, rounded.dx, lddx, beta)
-                          .withRoundedDy(ddy16, lddy);
-    const Gemm weight = Gemm::weightGrad(GemmMode::Reproducible, dtype, nullptr, lddy, dx_, ldx, rows, out, in,
-                                         rounded.dw, nullptr)
-                            .withRoundedDy(ddy16, lddy);
+    const float* dyF = A->put(dyWide);
+    const float* xF = A->put(xWide);
+    Gemm data = Gemm::backwardData(GemmMode::Reproducible, dyF, lddy, rows, w.m, rounded.dx, lddx, beta);
+    Gemm weight = Gemm::weightGrad(GemmMode::Reproducible, dtype, dyF, lddy, xF, ldx, rows, out, in, rounded.dw, nullptr);
+    if (roundDy) {
+        const void* d16 = A->putHalf(dy16);
+        data = data.withRoundedDy(d16, lddy);
+        weight = weight.withRoundedDy(d16, lddy);
+    }
+    if (roundX) weight = weight.withRoundedX(A->putHalf(x16), ldx);
     p.call = [&ops, data, weight] { ops.linearBackward(data, weight); };
-    const Vec dyd = dense(widened, rows, lddy, out);
+    const Vec dyd = dense(dyWide, rows, lddy, out);
     const Vec wantX = ref::gemmBackwardData(dyd, rows, w.masters, out, in, beta, dense(dx0, rows, lddx, in));
     Vec wantW = toDouble(dw0);
-    ref::gemmWeightGrad(dyd, dense(x, rows, ldx, in), rows, out, in, wantW, nullptr);
-    const float* dwide = A->put(widened);
+    ref::gemmWeightGrad(dyd, dense(xWide, rows, ldx, in), rows, out, in, wantW, nullptr);
     p.check = [=, &ops] {
         const std::vector<float> gotX = A->get(rounded.dx, rows * lddx);
         const std::vector<float> gotW = A->get(rounded.dw, static_cast<int64_t>(out) * in);
+        // the same products over the f32 operands the rounded ones stand for
         ops.linearBackward(
-            Gemm::backwardData(GemmMode::Reproducible, dwide, lddy, rows, w.m, plain.dx, lddx, beta),
-            Gemm::weightGrad(GemmMode::Reproducible, dtype, dwide, lddy, dx_, ldx, rows, out, in, plain.dw, nullptr));
+            Gemm::backwardData(GemmMode::Reproducible, dyF, lddy, rows, w.m, plain.dx, lddx, beta),
+            Gemm::weightGrad(GemmMode::Reproducible, dtype, dyF, lddy, xF, ldx, rows, out, in, plain.dw, nullptr));
         return std::vector<Compare>{nmax("dx", strip(gotX, rows, lddx, in), wantX, gemmTol(dtype)),
                                     padding("dx", gotX, rows, lddx, in),
                                     nmax("dw", gotW, wantW, gemmTol(dtype)),
-                                    bits("dx = f32-dy path", gotX, A->get(plain.dx, rows * lddx)),
-                                    bits("dw = f32-dy path", gotW, A->get(plain.dw, static_cast<int64_t>(out) * in))};
+                                    bits("dx = f32 path", gotX, A->get(plain.dx, rows * lddx)),
+                                    bits("dw = f32 path", gotW, A->get(plain.dw, static_cast<int64_t>(out) * in))};
     };
     p.outputs = [=] {
         return Outputs{A->get(rounded.dx, rows * lddx), A->get(rounded.dw, static_cast<int64_t>(out) * in)};
@@ -1760,6 +1818,14 @@ std::vector<Case> allCases() {
             add("gemm.forward", "rows=9 out=24 in=1000 nobias beta=1", dtype, modeName(mode), lowp(dtype), false,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 9, 24, 1000, false, 1.f, false); });
         }
+    // Forward products that keep their rounded x for the weight gradient (Gemm::keep16): the cuBLAS path packs into
+    // it (in % 8 == 0) or copies its packed chunk there (in = 75); the deterministic tier rounds x a second time.
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        for (GemmMode mode : {GemmMode::Reproducible, GemmMode::Deterministic})
+            for (int in : {72, 75})
+                add("gemm.forward", format("rows=131 out=200 in=%d keep16", in), dtype, modeName(mode),
+                    NEED_TRAINING | NEED_LOWP, false,
+                    [=](Ops& o, uint64_t s) { return gemmKeepCase(o, s, mode, dtype, 131, 200, in); });
     // 16-bit weights, more rows than the CPU's fixed-order decode kernel takes, with the weights widened in several
     // blocks (Fast: ≈ 2^19 weights per block, so 524 rows here; Reproducible: 256-row tiles).
     for (int dtype : {DTYPE_BF16, DTYPE_F16})
@@ -1851,13 +1917,19 @@ std::vector<Case> allCases() {
         add("linearBackward", "rows=257 out=300 in=200 beta=1 ld+ dbias", dtype, "repro", need, false,
             [=](Ops& o, uint64_t s) { return linearBackwardCase(o, s, dtype, 257, 300, 200, 1.f, true); });
     }
-    // dy handed over rounded: rows 16-byte aligned as the LM loss writes them (CUDA reads them in place), and not
-    // (CUDA copies them to the packed layout first); both bit for bit the f32-dy path
+    // Operands handed over rounded: dy (a16) as the LM loss writes it, x (b16) as a forward product kept it (keep16);
+    // rows 16-byte aligned (CUDA reads them in place) and not (CUDA copies them to the packed layout first) — every
+    // way bit for bit the products over the f32 operands they stand for
+    struct Rounded { bool dy, x; int64_t lddy, ldx; };
     for (int dtype : {DTYPE_BF16, DTYPE_F16})
-        for (int64_t lddy : {400, 206})
-            add("linearBackward", format("rows=131 out=200 in=72 beta=1 dy rounded (a16) ld=%d", static_cast<int>(lddy)),
+        for (Rounded r : {Rounded{true, false, 400, 79}, Rounded{true, false, 206, 79}, Rounded{false, true, 206, 72},
+                          Rounded{false, true, 206, 75}, Rounded{true, true, 400, 72}})
+            add("linearBackward",
+                format("rows=131 out=200 in=72 beta=1 rounded %s lddy=%d ldx=%d",
+                       r.dy && r.x ? "dy+x" : r.dy ? "dy (a16)" : "x (b16)", static_cast<int>(r.lddy),
+                       static_cast<int>(r.ldx)),
                 dtype, "repro", NEED_TRAINING | NEED_LOWP, false, [=](Ops& o, uint64_t s) {
-                    return linearBackwardRoundedCase(o, s, dtype, 131, 200, 72, 1.f, lddy);
+                    return linearBackwardRoundedCase(o, s, dtype, 131, 200, 72, 1.f, r.lddy, r.ldx, r.dy, r.x);
                 });
     // Past CUDA's largest packing workspace (256 MiB): chunks of rows, dW through beta = 1 (CUDA only: 540 MB of dy).
     add("linearBackward", "rows=33000 out=4096 in=8 beta=1 (chunks)", DTYPE_BF16, "repro",

@@ -76,6 +76,8 @@ public:
     }
 
     void gemm(const Gemm& g) override {
+        // (no rounded operands here: Ops::linearBackward widens a16 / b16 before it calls gemm)
+        if (g.a16 || g.b16 || g.keep16) throw std::invalid_argument("refops: rounded operands are not taken");
         const int out = g.w.out, in = g.w.in;
         switch (g.kind) {
             case GemmKind::Forward:
@@ -556,25 +558,34 @@ public:
     void crossEntropy(const CrossEntropyArgs& a) override {
         for (int64_t r = 0; r < a.rows; ++r) {
             const float* l = a.logits + r * a.vocab;
-            float* dl = a.dlogits ? a.dlogits + r * a.vocab : nullptr;
+            // dlogits16: the f32 gradient rounded to nearest even, each row written after it is read
+            std::vector<float> row16(a.dlogits16 ? static_cast<size_t>(a.vocab) : 0);
+            float* dl = a.dlogits ? a.dlogits + r * a.vocab : a.dlogits16 ? row16.data() : nullptr;
             const int target = a.targets[r];
             if (target == a.ignore_index) {
                 a.loss[r] = a.correct[r] = 0.f;
                 if (dl) std::fill(dl, dl + a.vocab, 0.f);
-                continue;
+            } else {
+                crossEntropyRow(a, l, target, r, dl);
             }
-            int best = 0;
-            for (int k = 1; k < a.vocab; ++k)
-                if (l[k] > l[best]) best = k;
-            const float mx = l[best];
-            float sum = 0.f;
-            for (int k = 0; k < a.vocab; ++k) sum += std::exp(l[k] - mx);
-            a.loss[r] = std::log(sum) + mx - l[target];
-            a.correct[r] = best == target ? 1.f : 0.f;
-            if (dl) {
-                for (int k = 0; k < a.vocab; ++k) dl[k] = a.scale * std::exp(l[k] - mx) / sum;
-                dl[target] -= a.scale;
+            if (a.dlogits16) {
+                uint16_t* d16 = static_cast<uint16_t*>(a.dlogits16) + r * a.ld16;
+                for (int k = 0; k < a.vocab; ++k) d16[k] = a.dtype16 == DTYPE_BF16 ? toBf16(dl[k]) : toF16(dl[k]);
             }
+        }
+    }
+    static void crossEntropyRow(const CrossEntropyArgs& a, const float* l, int target, int64_t r, float* dl) {
+        int best = 0;
+        for (int k = 1; k < a.vocab; ++k)
+            if (l[k] > l[best]) best = k;
+        const float mx = l[best];
+        float sum = 0.f;
+        for (int k = 0; k < a.vocab; ++k) sum += std::exp(l[k] - mx);
+        a.loss[r] = std::log(sum) + mx - l[target];
+        a.correct[r] = best == target ? 1.f : 0.f;
+        if (dl) {
+            for (int k = 0; k < a.vocab; ++k) dl[k] = a.scale * std::exp(l[k] - mx) / sum;
+            dl[target] -= a.scale;
         }
     }
     void embedBackward(const EmbedBackwardArgs& a) override {

@@ -19,6 +19,12 @@ struct Mamba1Buffers final : LayerBuffers {
     Buffer dt;           // dt_proj output (pre-softplus)    [d_inner]
     Buffer gated;        // y · SiLU(z)                      [d_inner]
     Buffer checkpoints;  // tape: h before every kScanChunk steps
+    // BufferUse::TapeRounded: the products' inputs as they rounded them (2-byte values, dense rows), read by the
+    // weight gradients. normed and gated are then only the forward's (in the backward scratch), not the tape's.
+    bool rounded = false;
+    Buffer normed16;     // [d_model]
+    Buffer u16;          // [d_inner]
+    Buffer gated16;      // [d_inner]
 };
 Mamba1Buffers& cast(LayerBuffers& b) { return static_cast<Mamba1Buffers&>(b); }
 }  // namespace
@@ -30,13 +36,22 @@ bool Mamba1::reserve(Ops& ops, LayerBuffers& buffers, int B, int T, BufferUse us
     const int64_t R = static_cast<int64_t>(B) * T, E = d_.d_inner;
     // Backward scratch reuses the same shapes as gradients: normed → dnormed, xz → dxz, u → du, xdbl → dxdbl,
     // dt → ddt, gated → dgated.
-    bool moved = b.normed.ensure(ops, R * d_.d_model);
+    b.rounded = use == BufferUse::TapeRounded;
+    auto halves = [R](int64_t width) { return (R * width + 1) / 2; };  // floats that hold R rows of 2-byte values
+    bool moved = false;
+    if (b.rounded) {
+        moved |= b.normed16.ensure(ops, halves(d_.d_model));
+        moved |= b.u16.ensure(ops, halves(E));
+        moved |= b.gated16.ensure(ops, halves(E));
+    } else {
+        moved |= b.normed.ensure(ops, R * d_.d_model);
+        moved |= b.gated.ensure(ops, R * E);
+    }
     moved |= b.xz.ensure(ops, R * 2 * E);
     moved |= b.u.ensure(ops, R * E);
     moved |= b.xdbl.ensure(ops, R * d_.xdbl);
     moved |= b.dt.ensure(ops, R * E);
-    moved |= b.gated.ensure(ops, R * E);
-    if (use == BufferUse::Tape)
+    if (isTape(use))
         moved |= b.checkpoints.ensure(ops, static_cast<int64_t>(B) * ((T + kScanChunk - 1) / kScanChunk) * d_.ssm_state);
     return moved;
 }
@@ -52,28 +67,35 @@ void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     const int D = d_.d_model, E = d_.d_inner;
     float* conv_hist = c.state;              // row b at + b·state_stride
     float* ssm = c.state + d_.conv_state;
+    // A rounded tape keeps the products' inputs as they rounded them; normed and gated then live in the scratch.
+    const bool rounded = tape && b.rounded;
+    float* normed = rounded ? cast(*c.scratch).normed.data() : b.normed.data();
+    float* gated = rounded ? cast(*c.scratch).gated.data() : b.gated.data();
+    auto product = [&](const Gemm& g, Buffer& keep) { return rounded ? g.keepingRoundedX(keep.data()) : g; };
 
     // [x | z] = in_proj(RMSNorm(h)), then u = SiLU(conv1d(x)) with the history carried: a named fusion, a backend
     // may normalise inside the product and (decode) run the conv step in its epilogue.
-    ops.normLinearConv(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, b.normed.data(), D},
-                       Gemm::forward(c.mode, b.normed.data(), D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f),
+    ops.normLinearConv(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, normed, D},
+                       product(Gemm::forward(c.mode, normed, D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f),
+                               b.normed16),
                        ConvArgs{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
                                 c.B, c.T, E, d_.d_conv});
 
     // [δ | B | C] = x_proj(u)
-    ops.gemm(Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f));
+    ops.gemm(product(Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f),
+                     b.u16));
 
     // Δ = dt_proj(δ) (fused into the scan where a backend can), then the scan, D skip and the SiLU(z) gate.
     const Gemm dtProj = Gemm::forward(c.mode, b.xdbl.data(), d_.xdbl, R, w.matrix(L.dt_w), w.vec(L.dt_b), b.dt.data(),
                                       E, 0.f);
     ScanArgs scan{b.dt.data(), negA(w, c.layer), b.xdbl.data() + d_.dt_rank, d_.xdbl, b.u.data(), b.xz.data() + E,
-                  2 * E, w.vec(L.d), ssm, c.state_stride, b.gated.data(), c.B, c.T, E, d_.d_state};
+                  2 * E, w.vec(L.d), ssm, c.state_stride, gated, c.B, c.T, E, d_.d_state};
     scan.shape_independent = c.mode == GemmMode::Deterministic;
     const ScanCheckpoints ckpt{b.checkpoints.data(), kScanChunk};
     ops.selectiveScan(scan, &dtProj, tape ? &ckpt : nullptr);
 
     // h += out_proj(gated)
-    ops.gemm(Gemm::forward(c.mode, b.gated.data(), E, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f));
+    ops.gemm(product(Gemm::forward(c.mode, gated, E, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f), b.gated16));
 }
 
 void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& master, const LayerCall& c,
@@ -84,10 +106,12 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     const int64_t R = static_cast<int64_t>(c.B) * c.T;
     const int D = d_.d_model, E = d_.d_inner;
     auto grad = [&](int index) { return grads + (*w.table)[index].offset; };
+    // A weight gradient's x: the f32 activation, or the rounded copy its forward product kept (TapeRounded)
+    auto withX = [&](const Gemm& g, const Buffer& x16, int width) { return tp.rounded ? g.withRoundedX(x16.data(), width) : g; };
 
     // out_proj (the residual passes dresid through unchanged).
     ops.linearBackward(Gemm::backwardData(c.mode, dresid, D, R, trainingMatrix(w, master, L.out_proj), g.gated.data(), E, 0.f),
-                       Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
+                       withX(Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr), tp.gated16, E));
 
     // gate + D skip + scan + softplus: ddt, dB/dC (into dxdbl), du, dz (into dxz), dA_log, dD.
     // With a state carry, the h part of the state gradient (the conv history comes first in a layer's state).
@@ -106,7 +130,7 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
 
     // x_proj: dW_x += dxdblᵀ·u, du += dxdbl·W_x.
     ops.linearBackward(Gemm::backwardData(c.mode, g.xdbl.data(), d_.xdbl, R, trainingMatrix(w, master, L.x_proj), g.u.data(), E, 1.f),
-                       Gemm::weightGrad(c.mode, w.matrix(L.x_proj).dtype, g.xdbl.data(), d_.xdbl, tp.u.data(), E, R, d_.xdbl, E, grad(L.x_proj), nullptr));
+                       withX(Gemm::weightGrad(c.mode, w.matrix(L.x_proj).dtype, g.xdbl.data(), d_.xdbl, tp.u.data(), E, R, d_.xdbl, E, grad(L.x_proj), nullptr), tp.u16, E));
 
     // conv + SiLU: dx (into dxz's first half), dconv_w, dconv_b.
     ops.convSiluBackward(ConvBackwardArgs{tp.xz.data(), 2 * E, c.start, c.state_stride, w.vec(L.conv_w),
@@ -115,7 +139,7 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
 
     // in_proj: dW_in += dxzᵀ·normed, dnormed = dxz·W_in.
     ops.linearBackward(Gemm::backwardData(c.mode, g.xz.data(), 2 * E, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f),
-                       Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr));
+                       withX(Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr), tp.normed16, D));
 
     // The block norm, added to the residual gradient.
     ops.rmsnormBackward(RmsNormBackwardArgs{c.input, D, w.vec(L.norm), g.normed.data(), D, R, D, d_.eps, dresid, D,

@@ -25,7 +25,7 @@ bool Mamba3::reserve(Ops& ops, LayerBuffers& buffers, int B, int T, BufferUse us
     bool moved = b.normed.ensure(ops, R * d_.d_model);
     moved |= b.proj.ensure(ops, R * d_.proj);
     moved |= b.gated.ensure(ops, R * d_.d_inner);
-    if (use == BufferUse::Tape)
+    if (isTape(use))
         moved |= b.checkpoints.ensure(ops, static_cast<int64_t>(B) * ((T + d_.chunk - 1) / d_.chunk) * layerStateSize());
     return moved;
 }

@@ -81,9 +81,18 @@ void validate(const Gemm& g) {
     if (g.w.out < 0 || g.w.in < 0)
         fail(std::string(op) + ": weight shape [" + std::to_string(g.w.out) + ", " + std::to_string(g.w.in) +
              "] is negative");
-    if (g.a16) fail(std::string(op) + ": a rounded dy (a16) is taken by linearBackward only");
+    if (g.a16 || g.b16) fail(std::string(op) + ": rounded operands (a16, b16) are taken by linearBackward only");
+    if (g.keep16 && (g.kind != GemmKind::Forward || !isLowp(g.w.dtype)))
+        fail(std::string(op) + ": keep16 is for forward products of BF16/F16 weights");
     if (g.rows == 0) return;
     if (!g.a || !g.c) fail(std::string(op) + ": null operand");
+    if (g.keep16) {
+        const float* keep = static_cast<const float*>(g.keep16);
+        const int64_t keep_n = (g.rows * g.w.in + 1) / 2;
+        if (!disjoint(keep, keep_n, g.a, span(g.rows, g.lda, g.w.in)) ||
+            !disjoint(keep, keep_n, g.c, span(g.rows, g.ldc, g.w.out)))
+            fail(std::string(op) + ": keep16 overlaps x or y");
+    }
     const bool fwd = g.kind == GemmKind::Forward;
     const int64_t a_cols = fwd ? g.w.in : g.w.out, c_cols = fwd ? g.w.out : g.w.in;
     if (g.rows > 1 && g.lda < a_cols) badLd(op, "lda", g.lda, a_cols);
@@ -141,6 +150,7 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
         void* workspace = lowpWorkspace();
         gemmTensorTier(e, g.a, g.lda, g.rows, wp, w.dtype, w.out, w.in, g.bias, g.c, g.ldc, g.beta, workspace,
                        lowp_ws_bytes_);
+        if (g.keep16) rowsToLowp(e, g.a, g.lda, g.rows, w.in, g.keep16, w.dtype);
         return;
     }
     if (g.rows <= fastGemvMaxRows(w.dtype) || g.mode == GemmMode::Deterministic) {
@@ -149,6 +159,7 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
             const int n = static_cast<int>(std::min<int64_t>(kGemvMaxRows, g.rows - r0));
             gemv(e, g.a + r0 * g.lda, g.lda, n, wp, w.dtype, w.out, w.in, g.bias, g.c + r0 * g.ldc, g.ldc, g.beta);
         }
+        if (g.keep16) rowsToLowp(e, g.a, g.lda, g.rows, w.in, g.keep16, w.dtype);
         return;
     }
     const char* op = "gemm (Forward)";
@@ -177,24 +188,33 @@ void CudaBackend::gemmForward(const Exec& e, const Gemm& g) {
     // bf16/f16 weights: cublasGemmEx needs both operands in 16 bits, so the activations are packed to the
     // weight type in the fixed workspace (chunks of rows); products accumulate in f32 into f32 y.
     setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
-    packedRowsGemm(e, kCublasOpT, m, k, w.lowp, k, w.dtype, g.a, g.lda, g.rows, beta, g.c, g.ldc, packed, "cublasGemmEx");
+    packedRowsGemm(e, kCublasOpT, m, k, w.lowp, k, w.dtype, g.a, g.lda, g.rows, beta, g.c, g.ldc, packed, "cublasGemmEx",
+                   g.keep16);
 }
 
 void CudaBackend::packedRowsGemm(const Exec& e, int opW, int m, int k, const void* w, int ldw, int dtype,
                                  const float* x, int64_t ldx, int64_t rows, float beta, float* y, int64_t ldy,
-                                 void* packed, const char* what) {
+                                 void* packed, const char* what, void* keep) {
     const CublasApi& api = cublas();
     const cublasHandle h = blas();
     const float one = 1.f;
     const cudaDataType type = lowpType(dtype);
     const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(k, 1));
+    // With `keep`, each chunk is packed straight into its place there when that place is 16-byte aligned as the
+    // workspace is (cuBLAS picks its kernel by alignment too: the same bits either way), else copied there after.
+    const bool into_keep = keep && k % 8 == 0 && reinterpret_cast<uintptr_t>(keep) % 16 == 0;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
-        rowsToLowp(e, x + r0 * ldx, ldx, n, k, packed, dtype);
-        checkCublas(api.gemmEx(h, opW, kCublasOpN, m, static_cast<int>(n), k, &one, w, type, ldw, packed, type, k,
+        void* dst = into_keep ? static_cast<char*>(keep) + r0 * k * 2 : packed;
+        rowsToLowp(e, x + r0 * ldx, ldx, n, k, dst, dtype);
+        checkCublas(api.gemmEx(h, opW, kCublasOpN, m, static_cast<int>(n), k, &one, w, type, ldw, dst, type, k,
                                &beta, y + r0 * ldy, CUDA_R_32F, static_cast<int>(ldy), kCublasCompute32F,
                                kCublasGemmDefault),
                     what);
+        if (keep && !into_keep)
+            check(cudaMemcpyAsync(static_cast<char*>(keep) + r0 * k * 2, packed, static_cast<size_t>(n) * k * 2,
+                                  cudaMemcpyDeviceToDevice, e.stream),
+                  "gemm (Forward): keeping the rounded x");
     }
 }
 
@@ -226,19 +246,55 @@ void CudaBackend::gemmBackwardData(const Exec& e, const Gemm& g) {
                    "cublasGemmEx (input gradient)");
 }
 
+namespace {
+/**
+ * cuBLAS picks its kernel by the operands' alignment too: an operand handed over rounded is read in place only where
+ * its rows are 16-byte aligned as the packed layout's are (and its width packs to such rows), else it is copied to the
+ * packed layout first — either way the same product, bit for bit, as the f32 operand it stands for.
+ */
+bool readsInPlace(const void* p, int64_t ld, int width) {
+    return width % 8 == 0 && ld % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+/** A rounded operand's floats, for the overlap tests (2-byte values span half as many). */
+int64_t span16(int64_t rows, int64_t ld, int64_t cols) { return (span(rows, ld, cols) + 1) / 2; }
+}  // namespace
+
+const void* CudaBackend::LowpOperand::chunk(const Exec& e, int64_t r0, int64_t n, int width, int dtype,
+                                            int* ld_out) const {
+    *ld_out = width;
+    if (f32) {
+        rowsToLowp(e, f32 + r0 * ld, ld, n, width, pack, dtype);
+        return pack;
+    }
+    const char* at = static_cast<const char*>(rounded) + r0 * ld * 2;
+    if (!pack) {
+        *ld_out = static_cast<int>(ld);
+        return at;
+    }
+    check(cudaMemcpy2DAsync(pack, static_cast<size_t>(width) * 2, at, static_cast<size_t>(ld) * 2,
+                            static_cast<size_t>(width) * 2, static_cast<size_t>(n), cudaMemcpyDeviceToDevice, e.stream),
+          "linearBackward (copy of a rounded operand)");
+    return pack;
+}
+
 void CudaBackend::linearBackward(const Gemm& data0, const Gemm& weight0) {
     Lock lock(mu_);
     enter();
-    const bool rounded = data0.a16 || weight0.a16;
-    if (rounded) checkRoundedDy(data0, weight0);
-    // validate() sees a stand-in f32 dy where dy comes rounded (its pointer is never read)
+    checkRoundedOperands(data0, weight0);
+    const bool dy16 = weight0.a16 != nullptr, x16 = weight0.b16 != nullptr;
+    // validate() sees stand-in f32 pointers where operands come rounded (never read as f32)
     Gemm data = data0, weight = weight0;
-    if (rounded)
+    if (dy16)
         for (Gemm* g : {&data, &weight}) {
             g->a = static_cast<const float*>(g->a16);
             g->lda = g->lda16;
             g->a16 = nullptr;
         }
+    if (x16) {
+        weight.b = static_cast<const float*>(weight.b16);
+        weight.ldb = weight.ldb16;
+        weight.b16 = nullptr;
+    }
     validate(data);
     validate(weight);
     if (data.kind != GemmKind::BackwardData || weight.kind != GemmKind::WeightGrad || data.rows != weight.rows ||
@@ -247,7 +303,7 @@ void CudaBackend::linearBackward(const Gemm& data0, const Gemm& weight0) {
         fail("linearBackward: the two products must share rows, dy, the weight's shape, storage type and mode");
     const int out = weight.w.out, in = weight.w.in;
     if (!isLowp(weight.w.dtype) || data.rows == 0 || out == 0 || in == 0) {
-        if (rounded && data.rows > 0) fail("linearBackward: a rounded dy needs a non-empty BF16/F16 weight");
+        if ((dy16 || x16) && data.rows > 0) fail("linearBackward: rounded operands need a non-empty BF16/F16 weight");
         runGemm(weight);
         runGemm(data);
         return;
@@ -255,32 +311,35 @@ void CudaBackend::linearBackward(const Gemm& data0, const Gemm& weight0) {
     if (!data.w.lowp)
         fail("linearBackward: the weight [" + std::to_string(out) + ", " + std::to_string(in) + "] has no 2-byte values");
     const int64_t rows = data.rows;
-    const int64_t dy_bytes_per = rounded ? 2 : 4;  // the overlap test in floats: a 2-byte dy spans half as many
-    if (!disjoint(data.c, span(rows, data.ldc, in), data.a, (span(rows, data.lda, out) * dy_bytes_per + 3) / 4) ||
-        !disjoint(data.c, span(rows, data.ldc, in), weight.b, span(rows, weight.ldb, in)))
+    const int64_t dx_n = span(rows, data.ldc, in);
+    const int64_t dy_n = dy16 ? span16(rows, data.lda, out) : span(rows, data.lda, out);
+    const int64_t x_n = x16 ? span16(rows, weight.ldb, in) : span(rows, weight.ldb, in);
+    if (!disjoint(data.c, dx_n, data.a, dy_n) || !disjoint(data.c, dx_n, weight.b, x_n))
         fail("linearBackward: the input gradient overlaps dy or x");
     toInt(rows, "linearBackward", "rows");
     toInt(data.ldc, "linearBackward", "ldc");
     const Exec e = nextExec();
     // The chunk is a function of the shape alone (as many rows as kPackWorkspaceMaxBytes holds), so the weight
     // gradient's sum order never depends on what the context ran before; usually it is one product over every row.
-    // A rounded dy keeps the same chunk, so that it sums in the same order as the f32 dy it stands for.
+    // Rounded operands keep the same chunk, so that the sums run in the order of the f32 operands they stand for.
     const size_t row_bytes = 2 * (static_cast<size_t>(in) + out);
     const int64_t chunk = std::max<int64_t>(
         1, std::min<int64_t>(rows, static_cast<int64_t>((kPackWorkspaceMaxBytes - 256) / row_bytes)));
-    // cuBLAS picks its kernel by the operands' alignment too: a rounded dy is read in place only where it is aligned
-    // as the packed one is (16-byte rows), else it is copied to the packed layout — either way the same product.
-    const bool in_place = rounded && out % 8 == 0 && weight.lda % 8 == 0 &&
-                          reinterpret_cast<uintptr_t>(weight.a) % 16 == 0;
-    const size_t x_bytes = (static_cast<size_t>(chunk) * in * 2 + 255) / 256 * 256;
-    char* ws = static_cast<char*>(packWorkspace(x_bytes + (in_place ? 0 : static_cast<size_t>(chunk) * out * 2)));
-    packedBackward(e, weight, &data, ws, in_place ? nullptr : ws + x_bytes, chunk, rounded);
+    const bool x_in_place = x16 && readsInPlace(weight.b, weight.ldb, in);
+    const bool dy_in_place = dy16 && readsInPlace(weight.a, weight.lda, out);
+    const size_t x_bytes = x_in_place ? 0 : (static_cast<size_t>(chunk) * in * 2 + 255) / 256 * 256;
+    const size_t dy_bytes = dy_in_place ? 0 : static_cast<size_t>(chunk) * out * 2;
+    char* ws = static_cast<char*>(packWorkspace(std::max<size_t>(x_bytes + dy_bytes, 256)));
+    const LowpOperand x{x16 ? nullptr : weight.b, weight.ldb, x16 ? weight.b : nullptr, x_in_place ? nullptr : ws};
+    const LowpOperand dy{dy16 ? nullptr : weight.a, weight.lda, dy16 ? weight.a : nullptr,
+                         dy_in_place ? nullptr : ws + x_bytes};
+    packedBackward(e, weight, &data, x, dy, chunk);
     if (weight.dbias)
         train::columnSums(e, weight.a, weight.lda, nullptr, 0, nullptr, rows, out, weight.dbias, trainScratch());
 }
 
-void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, void* xp, void* dyp,
-                                 int64_t chunk, bool dy_rounded) {
+void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* data, const LowpOperand& x,
+                                 const LowpOperand& dy, int64_t chunk) {
     const int out = weight.w.out, in = weight.w.in;
     const cublasHandle h = blas();
     const CublasApi& api = cublas();
@@ -289,29 +348,15 @@ void CudaBackend::packedBackward(const Exec& e, const Gemm& weight, const Gemm* 
     const float one = 1.f;
     for (int64_t r0 = 0; r0 < weight.rows; r0 += chunk) {
         const int64_t n = std::min(chunk, weight.rows - r0);
-        rowsToLowp(e, weight.b + r0 * weight.ldb, weight.ldb, n, in, xp, weight.w.dtype);
-        // dy: rounded and packed here; or rounded by its producer (`a` points at 2-byte rows, ld = lda), then read in
-        // place (no dyp) or copied to the packed layout
-        const void* dy = dyp;
-        int lddy = out;
-        if (!dy_rounded) {
-            rowsToLowp(e, weight.a + r0 * weight.lda, weight.lda, n, out, dyp, weight.w.dtype);
-        } else if (!dyp) {
-            dy = reinterpret_cast<const char*>(weight.a) + r0 * weight.lda * 2;
-            lddy = static_cast<int>(weight.lda);
-        } else {
-            check(cudaMemcpy2DAsync(dyp, static_cast<size_t>(out) * 2,
-                                    reinterpret_cast<const char*>(weight.a) + r0 * weight.lda * 2,
-                                    static_cast<size_t>(weight.lda) * 2, static_cast<size_t>(out) * 2,
-                                    static_cast<size_t>(n), cudaMemcpyDeviceToDevice, e.stream),
-                  "linearBackward (dy copy)");
-        }
+        int ldx = 0, lddy = 0;
+        const void* xc = x.chunk(e, r0, n, in, weight.w.dtype, &ldx);
+        const void* dyc = dy.chunk(e, r0, n, out, weight.w.dtype, &lddy);
         if (data)
             checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpN, in, static_cast<int>(n), out, &one, data->w.lowp, type, in,
-                                   dy, type, lddy, &data->beta, data->c + r0 * data->ldc, CUDA_R_32F,
+                                   dyc, type, lddy, &data->beta, data->c + r0 * data->ldc, CUDA_R_32F,
                                    static_cast<int>(data->ldc), kCublasCompute32F, kCublasGemmDefault),
                         "cublasGemmEx (input gradient)");
-        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xp, type, in, dy, type,
+        checkCublas(api.gemmEx(h, kCublasOpN, kCublasOpT, in, out, static_cast<int>(n), &one, xc, type, ldx, dyc, type,
                                lddy, &one, weight.c, CUDA_R_32F, in, kCublasCompute32F, kCublasGemmDefault),
                     "cublasGemmEx (weight gradient)");
     }
@@ -334,7 +379,8 @@ void CudaBackend::gemmWeightGrad(const Exec& e, const Gemm& g) {
             // x and dy packed side by side in the fixed workspace, chunk by chunk
             char* ws = static_cast<char*>(lowpWorkspace());
             const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / (int64_t{in} + out));
-            packedBackward(e, g, nullptr, ws, ws + chunk * in * 2, chunk);
+            packedBackward(e, g, nullptr, LowpOperand{g.b, g.ldb, nullptr, ws},
+                           LowpOperand{g.a, g.lda, nullptr, ws + chunk * in * 2}, chunk);
         }
     }
     if (g.dbias) train::columnSums(e, g.a, g.lda, nullptr, 0, nullptr, g.rows, out, g.dbias, trainScratch());
