@@ -605,6 +605,16 @@ void CudaBackend::adamw(float* p, const float* g, float* m, float* v, int64_t n,
     serialize_next_ = true;  // weights changed: the next kernel must not prefetch them before its pdlWait()
 }
 
+void CudaBackend::adamwGroup(const AdamWGroupArgs& a) {
+    Lock lock(mu_);
+    if (a.count <= 0 || a.n <= 0) return;
+    // The table is in device memory (the trainer uploads it once): its offsets are the caller's promise, like the
+    // pointers of every other op; the kernel reads only floats within [0, n) of the flat buffers.
+    enter();
+    train::adamwGroup(nextExec(), a, 0, a.n);
+    serialize_next_ = true;  // weights changed: the next kernel must not prefetch them before its pdlWait()
+}
+
 void CudaBackend::mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) {
     Lock lock(mu_);
     enter();

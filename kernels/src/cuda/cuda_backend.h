@@ -96,6 +96,7 @@ public:
     void optimizerControl(const OptimizerControlArgs& a) override;
     void sumRanks(const float* slices, int ranks, int64_t n, float* out) override;  // rank_sum.cu
     void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed) override;
+    void adamwGroup(const AdamWGroupArgs& a) override;
     void mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) override;
     void crossEntropy(const CrossEntropyArgs& a) override;
     void embedBackward(const EmbedBackwardArgs& a) override;

@@ -74,6 +74,8 @@ void mamba3ChunkedBackward(const Exec& ex, const Mamba3ScanBackwardArgs& a, cons
 
 // ---- train_optim.cu ----
 void adamw(const Exec& ex, float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f, bool decayed);
+/** Ops::adamwGroup over the floats [begin, end) of the flat buffers (the table's first offset and last end). */
+void adamwGroup(const Exec& ex, const AdamWGroupArgs& a, int64_t begin, int64_t end);
 
 // ---- train_loss.cu ----
 void mse(const Exec& ex, const float* y, const float* target, int64_t n, float scale, float* dy, double* out,

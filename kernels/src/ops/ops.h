@@ -253,6 +253,34 @@ struct AdamWFactors {
     float pad;
 };
 
+/**
+ * One tensor of a grouped AdamW step (Ops::adamwGroup), in backend memory (uploaded as floats: 32 bytes, no padding).
+ */
+struct AdamWTensor {
+    int64_t offset;      // its first float in the flat p / g / m / v (a multiple of 4: ParamTable aligns to 16)
+    int64_t n;           // floats
+    int64_t store_byte;  // where its copy starts in AdamWGroupArgs::store, in bytes (a multiple of 8); −1: no copy
+    int32_t decayed;     // non-zero: decay[0] (weight decay), else decay[1]
+    int32_t store_dtype; // the copy's type: DTYPE_BF16 / DTYPE_F16 (rounded to nearest even) or DTYPE_F32
+};
+static_assert(sizeof(AdamWTensor) == 32, "AdamWTensor is uploaded as 8 floats");
+
+/**
+ * AdamW over every tensor of a flat parameter set in one call: each tensor as Ops::adamw(p + offset, …, decayed),
+ * then its values (updated, or as they were on a skipped step) copied into the model's storage where store_byte ≥ 0.
+ */
+struct AdamWGroupArgs {
+    float* p;
+    const float* g;
+    float* m;
+    float* v;
+    int64_t n;                   // floats in each flat buffer: every tensor lies within [0, n)
+    const AdamWTensor* tensors;  // [count], backend memory, ascending non-overlapping offsets
+    int count;
+    void* store;                 // the copies' base (a model's 2-byte storage), or null when no tensor has one
+    const AdamWFactors* f;
+};
+
 /** The factors of one step, computed on the host in f32 exactly as both backends always have. */
 inline AdamWFactors adamwFactors(const AdamWArgs& a) {
     AdamWFactors f{};
@@ -447,6 +475,11 @@ public:
      */
     virtual void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWFactors* f,
                        bool decayed) = 0;
+    /**
+     * See AdamWGroupArgs: the same bits as adamw per tensor followed by toLowPrecision / copy into the storage.
+     * Default: exactly that (the table downloaded first); CUDA runs it as one kernel.
+     */
+    virtual void adamwGroup(const AdamWGroupArgs& a);
     /** dy = scale·2·(y − t); out[0] = Σ (y − t)² in double (backend memory, sumInto's order). */
     virtual void mse(const float* y, const float* target, int64_t n, float scale, float* dy, double* out) = 0;
     virtual void crossEntropy(const CrossEntropyArgs& a) = 0;

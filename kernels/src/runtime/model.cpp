@@ -69,23 +69,6 @@ void ModelImpl::writeParam(int index, const float* host) {
     derived_stale_ = true;
 }
 
-void ModelImpl::storeFrom(const float* f32) {
-    if (storesF32()) {
-        if (f32 != storage_.data()) ops->copy(storage_.data(), f32, backbone.table.totalSize());
-    } else {
-        char* base = reinterpret_cast<char*>(storage_.data());
-        for (int i = 0; i < backbone.table.count(); ++i) {
-            const ParamInfo& p = backbone.table[i];
-            char* at = base + layout_.byte_offset[i];
-            if (layout_.lowp(p))
-                ops->toLowPrecision(f32 + p.offset, at, p.size, dtype);
-            else
-                ops->copy(reinterpret_cast<float*>(at), f32 + p.offset, p.size);
-        }
-    }
-    derived_stale_ = true;
-}
-
 void ModelImpl::setGraphs(bool on) {
     if (!on) dropGraphs();
     graphs_ = on && ops->capabilities().graphs;

@@ -51,8 +51,6 @@ public:
     WeightView weights();
     void readParam(int index, float* host);
     void writeParam(int index, const float* host);
-    /** Overwrites every tensor's storage from f32 weights in the ParamTable layout (a trainer's masters). */
-    void storeFrom(const float* f32);
     /** Marks derived weights (and graphs' inputs) stale after the storage changed in place. */
     void weightsChanged() { derived_stale_ = true; }
 
@@ -71,6 +69,9 @@ public:
     /** Where the storage lives (a captured training step is only valid for the buffers it recorded). */
     const void* storageAddress() const { return storage_.data(); }
     int64_t storageBytes() const { return layout_.bytes; }
+    /** Where tensor `index` starts in the storage, in bytes, and whether it is stored in 2 bytes (BF16/F16). */
+    int64_t storageByteOffset(int index) const { return layout_.byte_offset[index]; }
+    bool storedLowp(int index) const { return layout_.lowp(backbone.table[index]); }
 
     const Backbone backbone;
     const int device, dtype;

@@ -235,13 +235,42 @@ void TrainerRuntime::enqueueOptimizerStep(const double* lossSum, double lossCoun
     oc.norm = &c->norm;
     ops.optimizerControl(oc);
     // A skipped step (non-finite norm or loss) leaves parameters and moments as they are: the kernels see the flag.
-    for (int i = 0; i < paramCount(); ++i) {
+    // The model's tensors in one call, which also writes low-precision storage from the masters (f32 storage is them);
+    // then the head's.
+    refreshAdamWTable();
+    const int P = model.backbone.table.count();
+    ops.adamwGroup(AdamWGroupArgs{replica.masters, replica.grads.data(), replica.adam_m.data(), replica.adam_v.data(),
+                                  replica.grads.size(), reinterpret_cast<const AdamWTensor*>(adamw_table.data()), P,
+                                  model.storesF32() ? nullptr : const_cast<void*>(model.storageAddress()),
+                                  &c->factors});
+    model.weightsChanged();
+    for (int i = P; i < paramCount(); ++i) {
         const Slot s = slot(i);
         ops.adamw(s.p, s.g, s.m, s.v, s.n, &c->factors, decay[i]);
     }
-    model.storeFrom(replica.masters);  // low-precision storage follows the masters; f32 storage is them
     ops.zero(replica.grads.data(), replica.grads.size());
     if (head) ops.zero(head->g.data(), head->g.size());
+}
+
+void TrainerRuntime::refreshAdamWTable() {
+    // Host checks only: a captured step (whose key holds decay_version and the storage address) never uploads here.
+    if (adamw_table_version == decay_version && adamw_table_storage == model.storageAddress()) return;
+    const ParamTable& t = model.backbone.table;
+    std::vector<AdamWTensor> table;
+    for (int i = 0; i < t.count(); ++i) {
+        AdamWTensor e{};
+        e.offset = t[i].offset;
+        e.n = t[i].size;
+        e.decayed = decay[i] ? 1 : 0;
+        e.store_byte = model.storesF32() ? -1 : model.storageByteOffset(i);
+        e.store_dtype = model.storedLowp(i) ? model.dtype : DTYPE_F32;
+        table.push_back(e);
+    }
+    const int64_t floats = static_cast<int64_t>(table.size() * sizeof(AdamWTensor) / sizeof(float));
+    if (adamw_table.size() != floats) adamw_table = Buffer(ops, floats);
+    ops.upload(adamw_table.data(), reinterpret_cast<const float*>(table.data()), floats);
+    adamw_table_version = decay_version;
+    adamw_table_storage = model.storageAddress();
 }
 
 void TrainerRuntime::readControl() {

@@ -187,6 +187,11 @@ public:
     float loss_scale = 1.f;        // 1 while the scaler is off
     int64_t clean_steps = 0;       // applied optimizer steps since the scale last changed
     Buffer control_buf;            // a ControlBlock
+    // adamwGroup's table of the model's tensors (backend memory), rebuilt when a decay flag or the storage changes
+    Buffer adamw_table;
+    int64_t adamw_table_version = -1;
+    const void* adamw_table_storage = nullptr;
+    void refreshAdamWTable();
 };
 
 }  // namespace mamba

@@ -1465,6 +1465,106 @@ Prepared adamwSkipCase(Ops& ops, uint64_t seed, int64_t n) {
     return p;
 }
 
+/**
+ * Ops::adamwGroup over a flat set of tensors (sizes not multiples of 4, alignment gaps holding random values that must
+ * stay as they are, decay on and off, copies in BF16/F16, in f32, and none): p, m, v and the storage bit for bit what
+ * adamw per tensor and toLowPrecision / copy give on the same backend (a skipped step: nothing updated, the copies
+ * still written), and p against the double reference.
+ */
+Prepared adamwGroupCase(Ops& ops, uint64_t seed, int lowpDtype, bool skip) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<int64_t> sizes{768, 5, 1536 * 3 + 2, 16, 4099, 1, 3000};
+    std::vector<AdamWTensor> table;
+    int64_t n = 0, bytes = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        AdamWTensor t{};
+        t.offset = n;
+        t.n = sizes[i];
+        t.decayed = i % 2 == 0;
+        const bool matrix = i % 3 != 1, none = i == 3;
+        t.store_dtype = matrix ? lowpDtype : DTYPE_F32;
+        t.store_byte = none ? -1 : bytes;
+        if (!none) bytes += (t.n * (matrix ? 2 : 4) + 63) / 64 * 64;
+        n += (t.n + 15) / 16 * 16 + (i % 2 ? 16 : 0);  // the ParamTable's 16-float alignment, sometimes a wider gap
+        table.push_back(t);
+    }
+    const std::vector<float> p0 = uniform(rng, n, -1, 1), g = uniform(rng, n, -0.1, 0.1);
+    const std::vector<float> m0 = uniform(rng, n, -0.05, 0.05), v0 = uniform(rng, n, 1e-6, 1e-2);
+    AdamWArgs args{};
+    args.lr = 1e-2f, args.beta1 = 0.9f, args.beta2 = 0.999f, args.eps = 1e-8f, args.weight_decay = 0.1f;
+    args.bias_correction1 = static_cast<float>(1 - std::pow(0.9, 3));
+    args.bias_correction2 = static_cast<float>(1 - std::pow(0.999, 3));
+    args.grad_scale = 0.75f;
+    AdamWFactors f = adamwFactors(args);
+    f.skip = skip ? 1.f : 0.f;
+    constexpr int kF = sizeof(AdamWFactors) / sizeof(float);
+    const auto* df = reinterpret_cast<const AdamWFactors*>(
+        A->put(std::vector<float>(reinterpret_cast<const float*>(&f), reinterpret_cast<const float*>(&f) + kF)));
+    const auto* dtable = reinterpret_cast<const AdamWTensor*>(
+        A->put(std::vector<float>(reinterpret_cast<const float*>(table.data()),
+                                  reinterpret_cast<const float*>(table.data() + table.size()))));
+    const int64_t storeFloats = bytes / 4;
+    struct Set { float *p, *m, *v, *store; };
+    auto fresh = [=] { return Set{A->put(p0), A->put(m0), A->put(v0), A->poisoned(storeFloats)}; };
+    const Set grouped = fresh(), apart = fresh();
+    const float* dg = A->put(g);
+    const AdamWGroupArgs a{grouped.p, dg, grouped.m, grouped.v, n, dtable, static_cast<int>(table.size()),
+                           grouped.store, df};
+    p.call = [&ops, a] { ops.adamwGroup(a); };
+    const ref::AdamWStep st{args.lr, args.beta1, args.beta2, args.eps, args.weight_decay, args.bias_correction1,
+                            args.bias_correction2, args.grad_scale};
+    Vec wantP;
+    auto entries = [table](const std::vector<float>& v) {  // the tensors' values, in table order
+        std::vector<float> e;
+        for (const AdamWTensor& t : table) e.insert(e.end(), v.begin() + t.offset, v.begin() + t.offset + t.n);
+        return e;
+    };
+    auto gaps = [table, n](const std::vector<float>& v) {  // the values between and after the tensors
+        std::vector<float> e;
+        int64_t from = 0;
+        for (const AdamWTensor& t : table) {
+            e.insert(e.end(), v.begin() + from, v.begin() + t.offset);
+            from = t.offset + t.n;
+        }
+        e.insert(e.end(), v.begin() + from, v.begin() + n);
+        return e;
+    };
+    for (const AdamWTensor& t : table)
+        for (int64_t i = t.offset; i < t.offset + t.n; ++i) {
+            double pi = p0[i], mi = m0[i], vi = v0[i];
+            if (!skip) {
+                ref::AdamWStep s2 = st;
+                if (!t.decayed) s2.weight_decay = 0.f;
+                ref::adamw(s2, pi, g[i], mi, vi);
+            }
+            wantP.push_back(pi);
+        }
+    p.check = [=, &ops] {
+        for (const AdamWTensor& t : table) {
+            ops.adamw(apart.p + t.offset, dg + t.offset, apart.m + t.offset, apart.v + t.offset, t.n, df, t.decayed != 0);
+        }
+        for (const AdamWTensor& t : table) {
+            if (t.store_byte < 0) continue;
+            void* at = reinterpret_cast<char*>(apart.store) + t.store_byte;
+            if (t.store_dtype == DTYPE_F32) ops.copy(static_cast<float*>(at), apart.p + t.offset, t.n);
+            else ops.toLowPrecision(apart.p + t.offset, at, t.n, t.store_dtype);
+        }
+        const std::vector<float> gotP = A->get(grouped.p, n);
+        return std::vector<Compare>{nmax("p", entries(gotP), wantP, kTolAdamW),
+                                    bits("p = adamw per tensor (gaps untouched)", gotP, A->get(apart.p, n)),
+                                    bits("m = adamw per tensor", A->get(grouped.m, n), A->get(apart.m, n)),
+                                    bits("v = adamw per tensor", A->get(grouped.v, n), A->get(apart.v, n)),
+                                    bits("p's gaps as they were", gaps(gotP), gaps(p0)),
+                                    bits16("storage = toLowPrecision / copy", A->getHalf(grouped.store, storeFloats * 2),
+                                           A->getHalf(apart.store, storeFloats * 2))};
+    };
+    p.outputs = [=] { return Outputs{A->get(grouped.p, n), A->get(grouped.m, n), A->get(grouped.v, n)}; };
+    p.bytes = 4.0 * 7 * n;
+    return p;
+}
+
 Prepared adamwCase(Ops& ops, uint64_t seed, int64_t n, int step, float weightDecay, float gradScale) {
     Rng rng(seed);
     Prepared p = start(ops);
@@ -2217,6 +2317,11 @@ std::vector<Case> allCases() {
         [=](Ops& o, uint64_t s) { return adamwSkipCase(o, s, 100003); });
     add("adamw", "n=16777216 step=10 wd=0.1", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return adamwCase(o, s, 1 << 24, 10, 0.1f, 1.f); });
+    for (int dt : {DTYPE_BF16, DTYPE_F16})
+        for (bool skip : {false, true})
+            add("adamwGroup", format("7 tensors, copies %s and f32%s", dtypeName(dt), skip ? ", step skipped" : ""),
+                DTYPE_F32, "-", NEED_TRAINING, false,
+                [=](Ops& o, uint64_t s) { return adamwGroupCase(o, s, dt, skip); });
     for (int vocab : {37, 1000})
         for (Grad g : {Grad::Separate, Grad::Aliased, Grad::None})
             add("crossEntropy",
