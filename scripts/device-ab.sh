@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Before/after on one device machine in one call: the bundle of the current build, and a base build's libmamba swapped
+# into a copy of it (the JNI library is generated from the public header, so the header must be the same in both).
+#   here:   scripts/device-ab.sh build COMMIT   an sm_90-only libmamba of COMMIT (a worktree under /tmp; ~2 min) as
+#                                               .device/base/libmamba.so.xz (~2.2 MB: fits one carry with the bundle)
+#   device: carry [".device/bundle.txz", ".device/run.sh", ".device/base"] and run
+#           bash .device/run.sh main CLASS ARGS…              the current build
+#           bash scripts/device-ab.sh main CLASS ARGS…        the base build (same bundle, base libmamba)
+#           alternating the two, at least twice each: fresh machines differ by several percent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case ${1:-} in
+  build)
+    commit=$(git rev-parse --verify "${2:?usage: device-ab.sh build COMMIT}^{commit}")
+    if ! git diff --quiet "$commit" HEAD -- kernels/include; then
+      echo "device-ab: the public header differs between $commit and HEAD: the bundle's JNI library would not match" >&2
+      exit 2
+    fi
+    W=/tmp/mamba4j-ab-${commit:0:12}
+    [ -d "$W" ] || git worktree add -f --detach "$W" "$commit" >/dev/null
+    # the device is Hopper: build its architecture alone (a third of the size, half the time)
+    sed -i 's/-gencode arch=compute_80,code=sm_80 //g; s/ -gencode arch=compute_90,code=compute_90//g' "$W/cppbuild.sh"
+    OB=$PWD/presets/target/openblas/org/bytedeco/openblas/linux-x86_64
+    (cd "$W" && bash cppbuild.sh install -platform=linux-x86_64 -prefix="$W/out" -openblas="$OB" > "$W/build.log" 2>&1) ||
+      { tail -20 "$W/build.log" >&2; exit 1; }
+    mkdir -p .device/base
+    xz -T0 -9 -c "$W/out/lib/libmamba.so" > .device/base/libmamba.so.xz
+    echo "device-ab: .device/base/libmamba.so.xz = $commit ($(stat -c %s .device/base/libmamba.so.xz) bytes)" ;;
+  main|tests)
+    N=/tmp/mamba4j-bundle; B=/tmp/mamba4j-base
+    [ -f "$N/.stamp" ] || { echo "device-ab: run .device/run.sh once first (it unpacks the bundle)" >&2; exit 2; }
+    if [ ! -f "$B/.stamp" ] || [ .device/base/libmamba.so.xz -nt "$B/.stamp" ] || [ "$N/.stamp" -nt "$B/.stamp" ]; then
+      rm -rf "$B"; cp -r "$N" "$B"; rm -rf "$B/cache"
+      xz -dc .device/base/libmamba.so.xz > "$B/libmamba-base.so"
+      python3 - "$B"/lib/mamba-presets-*-linux-x86_64.jar "$B/libmamba-base.so" <<'PY'
+import shutil, sys, zipfile
+jar, lib = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(jar) as zi, zipfile.ZipFile(jar + '.tmp', 'w', zipfile.ZIP_DEFLATED) as zo:
+    for i in zi.infolist():
+        zo.writestr(i, open(lib, 'rb').read() if i.filename.endswith('/libmamba.so') else zi.read(i))
+shutil.move(jar + '.tmp', jar)
+PY
+      touch "$B/.stamp"
+    fi
+    exec sh "$B/launch.sh" "$@" ;;
+  *) echo "usage: scripts/device-ab.sh build COMMIT | main CLASS ARGS… | tests ARGS…" >&2; exit 2 ;;
+esac
