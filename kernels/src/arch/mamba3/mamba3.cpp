@@ -1,7 +1,8 @@
 // Mamba-3 SISO's layer, forward and backward, written once against the ops layer (the math: mamba3.h).
 // Rows r = b·T + t. Inference, prefill and training run the same forwardLayer; training keeps the in_proj
-// output, the gated output and the whole state every `chunk` steps (the tape), and backward recomputes the
-// states in between inside mamba3ScanBackward.
+// output, the products' inputs (RMSNorm(h) and the gated output, in f32 or as the products rounded them) and the
+// whole state every `chunk` steps (the tape), and backward recomputes the states in between inside
+// mamba3ScanBackward.
 #include "mamba3.h"
 
 namespace mamba {
@@ -13,6 +14,11 @@ struct Mamba3Buffers final : LayerBuffers {
     Buffer proj;         // in_proj output [z | x | B | C | dd_dt | dd_A | trap | θ̇]   [proj]
     Buffer gated;        // the scan's gated output                       [d_inner]
     Buffer checkpoints;  // tape: the layer state before every chunk of steps
+    // BufferUse::TapeRounded: the products' inputs as they rounded them (2-byte values, dense rows), read by the
+    // weight gradients. normed and gated are then only the forward's (in the backward scratch), not the tape's.
+    bool rounded = false;
+    Buffer normed16;     // [d_model]
+    Buffer gated16;      // [d_inner]
 };
 Mamba3Buffers& cast(LayerBuffers& b) { return static_cast<Mamba3Buffers&>(b); }
 }  // namespace
@@ -22,9 +28,16 @@ std::unique_ptr<LayerBuffers> Mamba3::newBuffers() const { return std::make_uniq
 bool Mamba3::reserve(Ops& ops, LayerBuffers& buffers, int B, int T, BufferUse use) const {
     Mamba3Buffers& b = cast(buffers);
     const int64_t R = static_cast<int64_t>(B) * T;
-    bool moved = b.normed.ensure(ops, R * d_.d_model);
+    b.rounded = use == BufferUse::TapeRounded;
+    bool moved = false;
+    if (b.rounded) {  // (floats that hold R rows of 2-byte values)
+        moved |= b.normed16.ensure(ops, (R * d_.d_model + 1) / 2);
+        moved |= b.gated16.ensure(ops, (R * d_.d_inner + 1) / 2);
+    } else {
+        moved |= b.normed.ensure(ops, R * d_.d_model);
+        moved |= b.gated.ensure(ops, R * d_.d_inner);
+    }
     moved |= b.proj.ensure(ops, R * d_.proj);
-    moved |= b.gated.ensure(ops, R * d_.d_inner);
     if (isTape(use))
         moved |= b.checkpoints.ensure(ops, static_cast<int64_t>(B) * ((T + d_.chunk - 1) / d_.chunk) * layerStateSize());
     return moved;
@@ -57,22 +70,29 @@ void Mamba3::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     Mamba3Buffers& b = cast(buffers);
     const int64_t R = static_cast<int64_t>(c.B) * c.T;
     const int D = d_.d_model;
+    // A rounded tape keeps the products' inputs as they rounded them; normed and gated then live in the scratch.
+    const bool rounded = tape && b.rounded;
+    float* normed = rounded ? cast(*c.scratch).normed.data() : b.normed.data();
+    float* gated = rounded ? cast(*c.scratch).gated.data() : b.gated.data();
+    auto product = [&](const Gemm& g, Buffer& keep) { return rounded ? g.keepingRoundedX(keep.data()) : g; };
 
     // [z | x | B | C | dd_dt | dd_A | trap | θ̇] = in_proj(RMSNorm(h))
-    ops.normLinear(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, b.normed.data(), D},
-                   Gemm::forward(c.mode, b.normed.data(), D, R, w.matrix(L.in_proj), nullptr, b.proj.data(), d_.proj, 0.f));
+    ops.normLinear(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, normed, D},
+                   product(Gemm::forward(c.mode, normed, D, R, w.matrix(L.in_proj), nullptr, b.proj.data(), d_.proj, 0.f),
+                           b.normed16));
 
     // BCNorm, Δ/A/trapezoid, RoPE, the recurrence, D skip and the gate.
     Mamba3ScanArgs s = scanArgs(w, L, c.B, c.T);
     s.proj = b.proj.data();
     s.state = c.state;
     s.state_stride = c.state_stride;
-    s.out = b.gated.data();
+    s.out = gated;
     const ScanCheckpoints ckpt{b.checkpoints.data(), d_.chunk};
     ops.mamba3Scan(s, tape ? &ckpt : nullptr);
 
     // h += out_proj(gated)
-    ops.gemm(Gemm::forward(c.mode, b.gated.data(), d_.d_inner, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f));
+    ops.gemm(product(Gemm::forward(c.mode, gated, d_.d_inner, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f),
+                     b.gated16));
 }
 
 void Mamba3::backwardLayer(Ops& ops, const WeightView& w, const WeightView& master, const LayerCall& c,
@@ -83,10 +103,12 @@ void Mamba3::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     const int64_t R = static_cast<int64_t>(c.B) * c.T;
     const int D = d_.d_model, E = d_.d_inner;
     auto grad = [&](int index) { return index >= 0 ? grads + (*w.table)[index].offset : nullptr; };
+    // A weight gradient's x: the f32 activation, or the rounded copy its forward product kept (TapeRounded)
+    auto withX = [&](const Gemm& g, const Buffer& x16, int width) { return tp.rounded ? g.withRoundedX(x16.data(), width) : g; };
 
     // out_proj (the residual passes dresid through unchanged).
     ops.linearBackward(Gemm::backwardData(c.mode, dresid, D, R, trainingMatrix(w, master, L.out_proj), g.gated.data(), E, 0.f),
-                       Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr));
+                       withX(Gemm::weightGrad(c.mode, w.matrix(L.out_proj).dtype, dresid, D, tp.gated.data(), E, R, D, E, grad(L.out_proj), nullptr), tp.gated16, E));
 
     // The scan: every in_proj field's gradient, and the gradients of the per-head vectors and norms.
     Mamba3ScanBackwardArgs a{};
@@ -112,7 +134,7 @@ void Mamba3::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
 
     // in_proj: dW_in += dprojᵀ·normed, dnormed = dproj·W_in.
     ops.linearBackward(Gemm::backwardData(c.mode, g.proj.data(), d_.proj, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f),
-                       Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.proj.data(), d_.proj, tp.normed.data(), D, R, d_.proj, D, grad(L.in_proj), nullptr));
+                       withX(Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.proj.data(), d_.proj, tp.normed.data(), D, R, d_.proj, D, grad(L.in_proj), nullptr), tp.normed16, D));
 
     // The block norm, added to the residual gradient.
     ops.rmsnormBackward(RmsNormBackwardArgs{c.input, D, w.vec(L.norm), g.normed.data(), D, R, D, d_.eps, dresid, D,
