@@ -95,8 +95,7 @@ bool BackboneRunner::reserve(Ops& ops, int B, int T, BufferUse use) {
 
 BufferUse BackboneRunner::tapeUse(const Ops& ops, int dtype) {
     // Where the backend rounds 2-byte products' operands, the tape keeps them rounded for the weight gradients.
-    const bool lowp = dtype == DTYPE_BF16 || dtype == DTYPE_F16;
-    return lowp && ops.capabilities().rounds_backward_operands ? BufferUse::TapeRounded : BufferUse::Tape;
+    return roundsOperandsOf(ops, dtype) ? BufferUse::TapeRounded : BufferUse::Tape;
 }
 
 void BackboneRunner::stem(Ops& ops, const WeightView& w, const ForwardIO& io, GemmMode mode, float* h0) {
@@ -214,8 +213,7 @@ void BackboneRunner::lmLoss(Ops& ops, const WeightView& w, const WeightView& mas
     const Matrix head = trainingMatrix(w, master, bb_.lm_head);
     // Where the head's backward products round dlogits to its 2-byte type anyway, the loss writes them rounded: the
     // same bits, without writing them in f32 and packing them again (≈ 1 GB of traffic a step at 130m, B 8 × T 2,048).
-    const bool rounded = ops.capabilities().rounds_backward_operands &&
-                         (head.dtype == DTYPE_BF16 || head.dtype == DTYPE_F16);
+    const bool rounded = roundsOperandsOf(ops, head.dtype);
     for (int64_t r0 = 0; r0 < a.rows; r0 += block) {
         const int64_t n = std::min(block, a.rows - r0);
         const float* y = a.y + r0 * D;

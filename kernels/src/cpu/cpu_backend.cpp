@@ -117,11 +117,7 @@ void CpuBackend::negExp(const float* a_log, float* a, int64_t n) {
 
 void CpuBackend::toLowPrecision(const float* src, void* dst, int64_t n, int dtype) {
     requireLowpDtype("toLowPrecision", dtype);
-    auto* out = static_cast<uint16_t*>(dst);
-    if (dtype == DTYPE_BF16)
-        for (int64_t i = 0; i < n; ++i) out[i] = f32ToBf16(src[i]);
-    else
-        for (int64_t i = 0; i < n; ++i) out[i] = f32ToF16(src[i]);
+    narrowFromF32(src, dtype == DTYPE_F16, static_cast<uint16_t*>(dst), n);
 }
 
 void CpuBackend::fromLowPrecision(const void* src, int dtype, float* dst, int64_t n) {

@@ -276,22 +276,19 @@ void CpuBackend::crossEntropy(const CrossEntropyArgs& a) {
             for (int k = 0; k < vocab; ++k) sum += fastExp(l[k] - mx);
             a.loss[r] = std::log(sum) + mx - l[target];
             a.correct[r] = best == target ? 1.f : 0.f;
-            if (dl) {
-                const float inv = a.scale / sum;
-#pragma omp simd
-                for (int k = 0; k < vocab; ++k) dl[k] = fastExp(l[k] - mx) * inv;
-                dl[target] -= a.scale;
-            }
-            if (dl16) {  // the f32 gradient as above, then rounded to nearest even (may alias the row: read first)
+            // the f32 gradient, into dl or (for dlogits16, which may alias the row) a temporary, then rounded
+            float* g = dl;
+            if (dl16) {
                 row.resize(static_cast<size_t>(vocab));
-                float* g = row.data();
+                g = row.data();
+            }
+            if (g) {
                 const float inv = a.scale / sum;
 #pragma omp simd
                 for (int k = 0; k < vocab; ++k) g[k] = fastExp(l[k] - mx) * inv;
                 g[target] -= a.scale;
-                const bool f16 = a.dtype16 == DTYPE_F16;
-                for (int k = 0; k < vocab; ++k) dl16[k] = f16 ? f32ToF16(g[k]) : f32ToBf16(g[k]);
             }
+            if (dl16) narrowFromF32(g, a.dtype16 == DTYPE_F16, dl16, vocab);
         }
     });
 }

@@ -62,6 +62,14 @@ inline float f16ToF32(uint16_t h) {
     return f32FromBits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
+/** n f32 values rounded to nearest even to bf16, or to IEEE half when f16 (f32ToBf16 / f32ToF16 each). */
+inline void narrowFromF32(const float* src, bool f16, uint16_t* dst, int64_t n) {
+    if (f16)
+        for (int64_t i = 0; i < n; ++i) dst[i] = f32ToF16(src[i]);
+    else
+        for (int64_t i = 0; i < n; ++i) dst[i] = f32ToBf16(src[i]);
+}
+
 /**
  * n 16-bit values (bf16, or IEEE half when f16) to f32, exactly — bit-equal to bf16ToF32 / f16ToF32, 8 at a
  * time (bf16: a 16-bit shift; f16: F16C).

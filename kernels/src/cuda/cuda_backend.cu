@@ -48,14 +48,8 @@ using OutsideCaptures = std::unique_lock<std::shared_mutex>;
 
 CudaBackend::CudaBackend(int ordinal) : ordinal_(ordinal) {
     check(cudaSetDevice(ordinal), "cudaSetDevice");
-    int major = 0, minor = 0;
-    check(cudaDeviceGetAttribute(&exec_.sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal), "cudaDeviceGetAttribute");
-    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal), "cudaDeviceGetAttribute");
-    exec_.cc = major * 10 + minor;
-    check(cudaDeviceGetAttribute(&exec_.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
-          "cudaDeviceGetAttribute");
-    pdl_ = major >= 9 && !envOff("MAMBA_CUDA_PDL");
+    exec_ = deviceExec(ordinal);
+    pdl_ = exec_.cc >= 90 && !envOff("MAMBA_CUDA_PDL");
     fuse_ = !envOff("MAMBA_CUDA_FUSE");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     exec_.stream = stream_;

@@ -34,6 +34,19 @@ struct Exec {
     bool gemv_one_output_per_group = false;  // the gemv's former grid, for gemv_bench's side-by-side timing
 };
 
+/** What device `ordinal` offers an Exec (SMs, compute capability, opt-in shared memory); no stream, no PDL. */
+inline Exec deviceExec(int ordinal) {
+    Exec e;
+    int major = 0, minor = 0;
+    check(cudaDeviceGetAttribute(&e.sms, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ordinal), "cudaDeviceGetAttribute");
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ordinal), "cudaDeviceGetAttribute");
+    e.cc = major * 10 + minor;
+    check(cudaDeviceGetAttribute(&e.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, ordinal),
+          "cudaDeviceGetAttribute");
+    return e;
+}
+
 /**
  * Launches `kernel` on exec.stream, with programmatic stream serialisation when exec.pdl is set:
  * the kernel may then start while its predecessor drains, and must call pdlWait() before it touches

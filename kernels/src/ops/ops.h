@@ -506,6 +506,11 @@ public:
     virtual void sampleTokens(const SampleArgs& a) = 0;
 };
 
+/** Whether `ops` rounds the f32 operands of products over weights stored in `dtype` to that type (BF16/F16). */
+inline bool roundsOperandsOf(const Ops& ops, int dtype) {
+    return (dtype == DTYPE_BF16 || dtype == DTYPE_F16) && ops.capabilities().rounds_backward_operands;
+}
+
 /**
  * Checks the operands handed to linearBackward rounded: dy (Gemm::a16) the same in both products with no f32 dy
  * beside it, no bias gradient, lda16 ≥ out; x (Gemm::b16) on the weight gradient only, ldb16 ≥ in; BF16/F16 storage;

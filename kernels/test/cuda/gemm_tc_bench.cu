@@ -87,17 +87,6 @@ struct Problem {
 
 cudaStream_t g_stream = nullptr;  // where run() launches (timeUs swaps in its capture stream)
 
-Exec exec() {
-    Exec e;
-    ck(cudaDeviceGetAttribute(&e.sms, cudaDevAttrMultiProcessorCount, 0), "sms");
-    ck(cudaDeviceGetAttribute(&e.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "smem");
-    int major = 0, minor = 0;
-    ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cc");
-    ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cc");
-    e.cc = major * 10 + minor;
-    return e;
-}
-
 constexpr size_t kWorkspaceBytes = size_t{256} << 20;  // 16384 rows of the widest input in one pass
 
 void* workspace() {
@@ -241,7 +230,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     }
-    const Exec e = exec();
+    const Exec e = deviceExec(0);
     for (int i = 1; i + 4 < argc; ++i)
         if (!std::strcmp(argv[i], "--one")) {  // --one ROWS OUT IN TILE: one product, for a profiler (TILE 99: cuBLAS)
             Problem p(std::atoll(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), 5);

@@ -60,17 +60,6 @@ struct Shape {
     int out, in;
 };
 
-Exec exec() {
-    Exec e;
-    ck(cudaDeviceGetAttribute(&e.sms, cudaDevAttrMultiProcessorCount, 0), "sms");
-    ck(cudaDeviceGetAttribute(&e.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "smem");
-    int major = 0, minor = 0;
-    ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cc");
-    ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cc");
-    e.cc = major * 10 + minor;
-    return e;
-}
-
 /** One product of one kind: its f32 operands, W's bf16 copy, packing room and two outputs. */
 struct Case {
     Kind kind;
@@ -83,7 +72,7 @@ struct Case {
         const size_t wn = static_cast<size_t>(s.out) * s.in;
         w32 = deviceRandom(wn, 1.f / std::sqrt(static_cast<float>(s.in)), 1);
         ck(cudaMalloc(&wbf, wn * 2), "wbf");
-        Exec e = exec();
+        Exec e = deviceExec(0);
         rowsToLowp(e, w32, s.in, s.out, s.in, wbf, DTYPE_BF16);  // W's stored copy: round to nearest of the master
         const int act_cols = k == Kind::Forward ? s.in : s.out;
         act = deviceRandom(static_cast<size_t>(s.rows) * act_cols, 1.f, 2);
@@ -106,7 +95,7 @@ struct Case {
 
     /** The packing pass alone. */
     void packOnly() {
-        Exec e = exec();
+        Exec e = deviceExec(0);
         e.stream = g_stream;
         const int act_cols = kind == Kind::Forward ? s.in : s.out;
         rowsToLowp(e, act, act_cols, s.rows, act_cols, pack, DTYPE_BF16);
