@@ -5,6 +5,7 @@
 #include "cpu_scan.h"
 
 #include "core/errors.h"
+#include "lowp.h"
 #include "thread_pool.h"
 
 #include <algorithm>
@@ -94,9 +95,15 @@ void scanTaskFor(const ScanArgs& s, const ScanCheckpoints* ck, int b, int d0, in
         scanTask<0, L>(s, ck, b, d0, nd);
 }
 
+/** n values of one row: into f32 (when not null) or rounded into row r, columns d0 … of `r16`. */
+void storeRow(const float* v, int n, float* f32, const Rounded16& r16, int64_t r, int d0) {
+    if (f32) std::copy(v, v + n, f32);
+    else narrowFromF32(v, r16.dtype == DTYPE_F16, static_cast<uint16_t*>(r16.data) + r * r16.ld + d0, n);
+}
+
 /** The backward of one (batch row, channel block) task; see selectiveScanBackward for the outputs. */
 template <int FixedN>
-void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, float* pda, float* pdd) {
+void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, float* pda, float* pdd, float* pdb) {
     const int N = FixedN > 0 ? FixedN : s.d_state;
     const int T = s.steps, C = s.channels, K = s.chunk;
     const int64_t R = static_cast<int64_t>(s.batch) * T;
@@ -115,7 +122,8 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
     float* gA = workerScratch(4, slab);  // Σ_t G·Δ·Ā·h_{t-1} (× A at the end)
     float* At = workerScratch(5, slab);  // A in lanes
     alignas(64) float delta[kChannelBlock], du[kChannelBlock], dy[kChannelBlock], sGB[kChannelBlock];
-    alignas(64) float sDelta[kChannelBlock], gD[kChannelBlock], yv[kChannelBlock];
+    alignas(64) float sDelta[kChannelBlock], gD[kChannelBlock], yv[kChannelBlock], gDb[kChannelBlock];
+    alignas(64) float ddt_row[kChannelBlock], dz_row[kChannelBlock];  // a step's ddt, dz before they are stored
     const float* Dskip = s.d_skip + d0;
     const float* ckpt = s.checkpoints + b * row_ckpt + static_cast<int64_t>(d0) * N;
     toLanes(s.a + static_cast<int64_t>(d0) * N, N, nd, At);
@@ -126,6 +134,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
     if (s.dh_end) toLanes(s.dh_end + b * s.dh_stride + static_cast<int64_t>(d0) * N, N, nd, G);
     std::fill(gA, gA + slab, 0.f);
     std::fill(gD, gD + kChannelBlock, 0.f);
+    std::fill(gDb, gDb + kChannelBlock, 0.f);
     for (int c = chunks - 1; c >= 0; --c) {
         const int ta = c * K, tb = std::min(T, ta + K);
         // The chunk's states from its checkpoint: the forward's recurrence (the same ssmStep), step by step.
@@ -155,9 +164,8 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
             const float* hcur = hs + static_cast<int64_t>(t - ta + 1) * slab;
             const float* hprev = hs + static_cast<int64_t>(t - ta) * slab;
             const float* ab = abar + static_cast<int64_t>(t - ta) * slab;
-            float* ddt = s.ddt + r * C + d0;
             float* du_out = s.du + r * C + d0;
-            float* dz = s.dz + r * s.lddz + d0;
+            float* dz = dz_row;
             float* pb = pbc + (static_cast<int64_t>(blk) * R + r) * 2 * N;  // this block's dB_t, dC_t
 
             // y = Σ_n h·C + D·u (the forward's readout); the gate out = y·SiLU(z).
@@ -201,8 +209,11 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
             for (int j = 0; j < nd; ++j) {
                 du_out[j] = Dskip[j] * dy[j] + delta[j] * sGB[j];
                 const float sp = dt[j] > 20.f ? 1.f : sigmoid(dt[j]);  // softplus'
-                ddt[j] = sDelta[j] * sp;
+                ddt_row[j] = sDelta[j] * sp;
+                gDb[j] += ddt_row[j];
             }
+            storeRow(ddt_row, nd, s.ddt ? s.ddt + r * C + d0 : nullptr, s.ddt16, r, d0);
+            storeRow(dz_row, nd, s.dz ? s.dz + r * s.lddz + d0 : nullptr, s.dz16, r, d0);
         }
     }
     if (s.dh_start) fromLanes(G, N, nd, s.dh_start + b * s.dh_stride + static_cast<int64_t>(d0) * N);  // ∂L/∂h_{-1}
@@ -210,6 +221,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
     for (int j = 0; j < nd; ++j)
         for (int n = 0; n < N; ++n) pa[static_cast<int64_t>(j) * N + n] = gA[n * kChannelBlock + j];
     std::copy(gD, gD + nd, pdd + static_cast<int64_t>(b) * C + d0);
+    std::copy(gDb, gDb + nd, pdb + static_cast<int64_t>(b) * C + d0);
 }
 
 }  // namespace
@@ -244,6 +256,7 @@ void CpuBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const Scan
 void CpuBackend::selectiveScanBackward(const ScanBackwardArgs& s) {
     validateScan("selectiveScanBackward", s.batch, s.steps, s.channels, s.d_state);
     if (s.chunk < 1) fail("selectiveScanBackward: chunk = " + std::to_string(s.chunk) + " must be >= 1");
+    checkScanBackwardOutputs(s);
     const int N = s.d_state, T = s.steps, C = s.channels;
     const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
     const int64_t R = static_cast<int64_t>(s.batch) * T;
@@ -252,15 +265,16 @@ void CpuBackend::selectiveScanBackward(const ScanBackwardArgs& s) {
     // dA, dD sum over rows: one partial per row, added in row order afterwards.
     float* pda = scratch(1, static_cast<int64_t>(s.batch) * C * N);
     float* pdd = scratch(2, static_cast<int64_t>(s.batch) * C);
+    float* pdb = scratch(3, static_cast<int64_t>(s.batch) * C);  // Σ_t ddt per row (ddt_bias)
     const int64_t work = R * C * N / 2;
     parallelFor(static_cast<int64_t>(s.batch) * blocks, work > kMinParallelWork ? 1 : 1 << 30,
                 [&](int64_t t0, int64_t t1) {
         for (int64_t task = t0; task < t1; ++task) {
             const int b = static_cast<int>(task / blocks), blk = static_cast<int>(task % blocks);
             if (N == 16)
-                scanBackwardTask<16>(s, b, blk, pbc, pda, pdd);
+                scanBackwardTask<16>(s, b, blk, pbc, pda, pdd, pdb);
             else
-                scanBackwardTask<0>(s, b, blk, pbc, pda, pdd);
+                scanBackwardTask<0>(s, b, blk, pbc, pda, pdd, pdb);
         }
     });
     // dB, dC: sum the channel blocks in block order.
@@ -280,14 +294,16 @@ void CpuBackend::selectiveScanBackward(const ScanBackwardArgs& s) {
         std::vector<float> acc(static_cast<size_t>(N));
         for (int64_t d = e0; d < e1; ++d) {
             std::fill(acc.begin(), acc.end(), 0.f);
-            float dd = 0.f;
+            float dd = 0.f, db = 0.f;
             for (int b = 0; b < s.batch; ++b) {
                 const float* p = pda + (static_cast<int64_t>(b) * C + d) * N;
                 for (int n = 0; n < N; ++n) acc[n] += p[n];
                 dd += pdd[static_cast<int64_t>(b) * C + d];
+                db += pdb[static_cast<int64_t>(b) * C + d];
             }
             for (int n = 0; n < N; ++n) s.da_log[d * N + n] += acc[n] * s.a[d * N + n];
             s.dd_skip[d] += dd;
+            if (s.ddt_bias) s.ddt_bias[d] += db;
         }
     });
 }

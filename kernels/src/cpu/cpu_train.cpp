@@ -92,6 +92,7 @@ void CpuBackend::rmsnormBackward(const RmsNormBackwardArgs& a) {
 void CpuBackend::convSiluBackward(const ConvBackwardArgs& c) {
     if (c.width < 1 || c.width > 8)
         fail("convSiluBackward: width = " + std::to_string(c.width) + " must be in [1, 8]");
+    checkConvBackwardOutputs(c);
     const int K = c.width, H = K - 1, T = c.steps, C = c.channels;
     const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
     // Per-row partial weight gradients, summed over rows in row order afterwards.
@@ -165,8 +166,11 @@ void CpuBackend::convSiluBackward(const ConvBackwardArgs& c) {
                 const int e = s - (T - H);  // slot of the end history holding input s
                 if (dend && e >= 0)
                     for (int j = 0; j < nd; ++j) acc[j] += dend[static_cast<int64_t>(j) * H + e];
-                if (s >= 0)
+                if (s >= 0 && c.dx)
                     std::copy(acc, acc + nd, c.dx + (row0 + s) * c.lddx + d0);
+                else if (s >= 0)
+                    narrowFromF32(acc, c.dx16.dtype == DTYPE_F16,
+                                  static_cast<uint16_t*>(c.dx16.data) + (row0 + s) * c.dx16.ld + d0, nd);
                 else
                     for (int j = 0; j < nd; ++j) dhist[static_cast<int64_t>(j) * H + H + s] = acc[j];
             }

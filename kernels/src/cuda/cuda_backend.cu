@@ -563,12 +563,14 @@ void CudaBackend::rmsnormBackward(const RmsNormBackwardArgs& a) {
 void CudaBackend::convSiluBackward(const ConvBackwardArgs& a) {
     Lock lock(mu_);
     enter();
+    checkConvBackwardOutputs(a);
     train::convSiluBackward(nextExec(), a, trainScratch());
 }
 
 void CudaBackend::selectiveScanBackward(const ScanBackwardArgs& a) {
     Lock lock(mu_);
     enter();
+    checkScanBackwardOutputs(a);
     train::selectiveScanBackward(nextExec(), a, trainScratch());
 }
 

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 namespace mamba::cuda {
 
 /** Elements of storage type W in one 16-byte chunk (4 for f32, 8 for bf16/f16). */

@@ -9,6 +9,7 @@
 //    dx_s = Σ_k w[k]·dc_{s+H−k} for s = t − H (the steps s+H−k ≥ T contribute zero).
 // The steps t1 … t1+H−1 are recomputed by the next tile too (H ≤ 7 extra steps per 32).
 // Weight/bias gradients: one partial per (b, tile), then a second kernel adds them in (b, tile) order.
+#include "lowp.cuh"
 #include "train_kernels.h"
 
 namespace mamba::cuda::train {
@@ -22,7 +23,13 @@ __device__ __forceinline__ float dsiluf(float x) {
     return s * (1.f + x * (1.f - s));
 }
 
-template <int K>
+/** dx's element type: f32, or the 2-byte type it is written rounded to (ConvBackwardArgs::dx16). */
+template <typename Out>
+__device__ __forceinline__ Out asOutput(float v) { return toStorage<Out>(v); }
+template <>
+__device__ __forceinline__ float asOutput<float>(float v) { return v; }
+
+template <int K, typename Out>
 __global__ void convBackwardKernel(ConvBackwardArgs c, int tiles, float* pw, float* pb) {
     constexpr int H = K - 1;
     pdlWait();
@@ -37,7 +44,8 @@ __global__ void convBackwardKernel(ConvBackwardArgs c, int tiles, float* pw, flo
     const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
     const float* xp = c.x + static_cast<int64_t>(b) * T * c.ldx + d;   // x of row b, step s at xp[s·ldx]
     const float* dup = c.du + static_cast<int64_t>(b) * T * c.ldu + d;
-    float* dxp = c.dx + static_cast<int64_t>(b) * T * c.lddx + d;
+    const int64_t lddx = c.dx ? c.lddx : c.dx16.ld;
+    Out* dxp = static_cast<Out*>(c.dx ? static_cast<void*>(c.dx) : c.dx16.data) + static_cast<int64_t>(b) * T * lddx + d;
     float w[K], gw[K], xv[K], win[K];  // xv[k] = x_{t−H+k}; win[k] = dc_{t−k}
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -93,7 +101,7 @@ __global__ void convBackwardKernel(ConvBackwardArgs c, int tiles, float* pw, flo
             const int e = s - (T - H);
             if (dend && e >= 0) acc += dend[e];
             if (s >= 0)
-                dxp[static_cast<int64_t>(s) * c.lddx] = acc;
+                dxp[static_cast<int64_t>(s) * lddx] = asOutput<Out>(acc);
             else
                 dhist[H + s] = acc;
         }
@@ -126,6 +134,23 @@ __global__ void convGradFinishKernel(const float* pw, const float* pb, int64_t p
     }
 }
 
+using Kernel = void (*)(ConvBackwardArgs, int, float*, float*);
+
+template <typename Out>
+Kernel kernelOfWidth(int width) {
+    constexpr Kernel kByWidth[kMaxWidth] = {convBackwardKernel<1, Out>, convBackwardKernel<2, Out>,
+                                            convBackwardKernel<3, Out>, convBackwardKernel<4, Out>,
+                                            convBackwardKernel<5, Out>, convBackwardKernel<6, Out>,
+                                            convBackwardKernel<7, Out>, convBackwardKernel<8, Out>};
+    return kByWidth[width - 1];
+}
+
+/** The kernel for the conv's width and dx's element type. */
+Kernel kernelFor(const ConvBackwardArgs& c) {
+    if (c.dx) return kernelOfWidth<float>(c.width);
+    return c.dx16.dtype == DTYPE_BF16 ? kernelOfWidth<__nv_bfloat16>(c.width) : kernelOfWidth<__half>(c.width);
+}
+
 }  // namespace
 
 void convSiluBackward(const Exec& ex, const ConvBackwardArgs& c, const Scratch& scratch) {
@@ -140,11 +165,7 @@ void convSiluBackward(const Exec& ex, const ConvBackwardArgs& c, const Scratch& 
     const unsigned ychunks = static_cast<unsigned>(parts < 65535 ? parts : 65535);
     const unsigned zchunks = static_cast<unsigned>((parts + ychunks - 1) / ychunks);
     const dim3 grid(blocksFor(c.channels, threads), ychunks, zchunks);
-    using Kernel = void (*)(ConvBackwardArgs, int, float*, float*);
-    constexpr Kernel kByWidth[kMaxWidth] = {convBackwardKernel<1>, convBackwardKernel<2>, convBackwardKernel<3>,
-                                            convBackwardKernel<4>, convBackwardKernel<5>, convBackwardKernel<6>,
-                                            convBackwardKernel<7>, convBackwardKernel<8>};
-    launch("convSilu backward", ex, kByWidth[c.width - 1], grid, dim3(threads), 0, c, tiles, pw, pb);
+    launch("convSilu backward", ex, kernelFor(c), grid, dim3(threads), 0, c, tiles, pw, pb);
     const int64_t n = static_cast<int64_t>(c.channels) * (c.width + 1);
     launch("convSilu backward finish", ex, convGradFinishKernel, dim3(blocksFor(n * 32, 128)), dim3(128), 0,
            static_cast<const float*>(pw), static_cast<const float*>(pb), parts, c.channels, c.width, c.dw, c.dbias);

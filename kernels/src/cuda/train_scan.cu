@@ -31,6 +31,7 @@
 // the last bits of a row's gradients, depend on the batch and the GPU, never on the run.
 #include "cp_async.cuh"
 #include "lane_load.cuh"
+#include "lowp.cuh"
 #include "scan_step.cuh"
 #include "train_kernels.h"
 
@@ -120,6 +121,7 @@ struct BackwardOut {
     float* pbc;  // [ch_blocks][R][2N]: dB_t then dC_t per channel block
     float* pda;  // [B][groups][E][N]: Σ_t G·Δ·Ā·h_{t−1} per row and group (times A later)
     float* pdd;  // [B][groups][E]: Σ_t dy·u per row and group
+    float* pdb;  // [B][groups][E]: Σ_t ddt per row and group (dt's bias gradient)
     int chunks;
     int groups, per_group;  // chunks per group (the last group may hold fewer)
     float* carry_l;  // [B][groups][E][N]: a group's leftward carry from zero (groups > 1)
@@ -273,10 +275,21 @@ __device__ __forceinline__ void stepBack(float (&G)[NS], float (&gA)[NS], const 
     }
 }
 
-/** What a block leaves behind: ∂L/∂h_start (first group), the dA and dD partials of its (row, group). */
+/** A gradient element into its f32 output, or rounded into its 2-byte one (Rounded16). */
+__device__ __forceinline__ void storeGrad(float* f32, int64_t ld, const Rounded16& r16, int64_t r, int d, float v) {
+    if (f32) f32[r * ld + d] = v;
+    else if (r16.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(r16.data)[r * r16.ld + d] = toStorage<__nv_bfloat16>(v);
+    else static_cast<__half*>(r16.data)[r * r16.ld + d] = toStorage<__half>(v);
+}
+
+/**
+ * What a block leaves behind: ∂L/∂h_start (first group), the dA, dD and dt-bias partials of its (row, group). gDb is
+ * each lane's share of Σ_t ddt: summed over the channel's S lanes here (every lane takes part in the shuffles).
+ */
 template <int NS, bool ALL>
 __device__ __forceinline__ void finishBlock(const ScanBackwardArgs& s, const BackwardOut& o, const Place& p,
-                                            const float (&G)[NS], const float (&gA)[NS], float gD) {
+                                            const float (&G)[NS], const float (&gA)[NS], float gD, float gDb, int S) {
+    gDb = groupSum(gDb, S);
     if (!p.active) return;
     const int N = s.d_state;
     if (s.dh_start && p.grp == 0) {  // past step 0 the carry is ∂L/∂(the starting h)
@@ -288,7 +301,11 @@ __device__ __forceinline__ void finishBlock(const ScanBackwardArgs& s, const Bac
 #pragma unroll
     for (int i = 0; i < NS; ++i)
         if (ALL || p.n0 + i < N) pa[p.n0 + i] = gA[i];
-    if (p.lane == 0) o.pdd[(static_cast<int64_t>(p.b) * o.groups + p.grp) * s.channels + p.d] = gD;
+    if (p.lane == 0) {
+        const int64_t at = (static_cast<int64_t>(p.b) * o.groups + p.grp) * s.channels + p.d;
+        o.pdd[at] = gD;
+        o.pdb[at] = gDb;
+    }
 }
 
 // ---- any d_state: the general kernel ----
@@ -323,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
         G[i] = on ? startCarry(s, o, p, p.n0 + i) : 0.f;
         gA[i] = 0.f;
     }
-    float gD = 0.f;
+    float gD = 0.f, gDb = 0.f;  // gDb: Σ_t ddt (lane 0 computes ddt)
     const float dskip = s.d_skip[p.d];
     const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
@@ -424,9 +441,11 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 sDelta = groupSum(sDelta, S);
                 if (p.active && p.lane == 0) {
                     const int64_t r = rs + q;
+                    const float ddt = sDelta * softplusGrad(dtr);
+                    gDb += ddt;
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
-                    s.ddt[r * E + p.d] = sDelta * softplusGrad(dtr);
-                    s.dz[r * s.lddz + p.d] = dz;
+                    storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
+                    storeGrad(s.dz, s.lddz, s.dz16, r, p.d, dz);
                 }
                 // dB_t, dC_t: this block's channels, in a fixed order
                 if (!p.active) {
@@ -463,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
             parity ^= 1;
         }
     }
-    finishBlock<NS, false>(s, o, p, G, gA, gD);
+    finishBlock<NS, false>(s, o, p, G, gA, gD, gDb, S);
 }
 
 // ---- d_state 16 (every Mamba-1 checkpoint): the tuned kernel ----
@@ -566,7 +585,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
         G[i] = startCarry(s, o, p, p.n0 + i);
         gA[i] = 0.f;
     }
-    float gD = 0.f;
+    float gD = 0.f, gDb = 0.f;  // gDb: this lane's steps' Σ ddt (lane q takes step q of every kQuad)
     const float dskip = s.d_skip[p.d];
     const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
@@ -685,9 +704,11 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             }
             if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
                 const int64_t r = rg + p.lane;
+                const float ddt = my_sd * softplusGrad(my_dtr);
+                gDb += ddt;
                 s.du[r * E + p.d] = my_du;
-                s.ddt[r * E + p.d] = my_sd * softplusGrad(my_dtr);
-                s.dz[r * s.lddz + p.d] = my_dout * my_yv * gg.g;
+                storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
+                storeGrad(s.dz, s.lddz, s.dz16, r, p.d, my_dout * my_yv * gg.g);
             }
             // thread k: step k / 2N, value k % 2N over the block's channels; the second barrier keeps the next
             // steps (and the next chunk's copies into this stage) from writing before every value is read
@@ -700,7 +721,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             __syncthreads();
         }
     }
-    finishBlock<NS, true>(s, o, p, G, gA, gD);
+    finishBlock<NS, true>(s, o, p, G, gA, gD, gDb, kQuad);
 }
 
 // dbc[r, k] = Σ_blocks pbc[block, r, k], channel blocks in order (overwrites dB_t, dC_t).
@@ -716,9 +737,10 @@ __global__ void scanDbcKernel(const float* pbc, int64_t R, int N2, int blocks, f
     dbc[r * lddbc + k] = v;
 }
 
-// da_log[d, n] += A[d, n]·Σ_j pda[j, d, n]; dd_skip[d] += Σ_j pdd[j, d]; j = (row, group) in order.
-__global__ void scanParamKernel(const float* pda, const float* pdd, const float* a, int batch, int E, int N,
-                                float* da_log, float* dd_skip) {
+// da_log[d, n] += A[d, n]·Σ_j pda[j, d, n]; dd_skip[d] += Σ_j pdd[j, d]; ddt_bias[d] += Σ_j pdb[j, d] (when not
+// null); j = (row, group) in order.
+__global__ void scanParamKernel(const float* pda, const float* pdd, const float* pdb, const float* a, int batch, int E,
+                                int N, float* da_log, float* dd_skip, float* ddt_bias) {
     pdlWait();
     pdlLaunchDependents();
     const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -729,9 +751,13 @@ __global__ void scanParamKernel(const float* pda, const float* pdd, const float*
         da_log[i] += acc * a[i];
     } else if (i < EN + E) {
         const int64_t d = i - EN;
-        float acc = 0.f;
-        for (int b = 0; b < batch; ++b) acc += pdd[static_cast<int64_t>(b) * E + d];
+        float acc = 0.f, bias = 0.f;
+        for (int b = 0; b < batch; ++b) {
+            acc += pdd[static_cast<int64_t>(b) * E + d];
+            bias += pdb[static_cast<int64_t>(b) * E + d];
+        }
         dd_skip[d] += acc;
+        if (ddt_bias) ddt_bias[d] += bias;
     }
 }
 
@@ -817,7 +843,8 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     const int64_t parts = static_cast<int64_t>(s.batch) * o.groups;  // (row, group) pairs
     o.pbc = scratch.get(0, static_cast<int64_t>(L.ch_blocks) * R * 2 * N);
     o.pda = scratch.get(1, parts * E * N);
-    o.pdd = scratch.get(2, parts * E);
+    o.pdd = scratch.get(2, 2 * parts * E);
+    o.pdb = o.pdd + parts * E;
     o.carry_l = o.carry_p = o.carry_in = nullptr;
     if (o.groups > 1) {
         float* carry = scratch.get(3, 3 * parts * E * N);
@@ -841,8 +868,8 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
            static_cast<const float*>(o.pbc), R, 2 * N, L.ch_blocks, s.dbc, s.lddbc);
     const int64_t n_p = static_cast<int64_t>(E) * N + E;
     launch("selectiveScan backward dA dD", ex, scanParamKernel, dim3(blocksFor(n_p, 128)), dim3(128), 0,
-           static_cast<const float*>(o.pda), static_cast<const float*>(o.pdd), s.a, static_cast<int>(parts), E, N,
-           s.da_log, s.dd_skip);
+           static_cast<const float*>(o.pda), static_cast<const float*>(o.pdd), static_cast<const float*>(o.pdb), s.a,
+           static_cast<int>(parts), E, N, s.da_log, s.dd_skip, s.ddt_bias);
 }
 
 }  // namespace mamba::cuda::train

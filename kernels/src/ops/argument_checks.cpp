@@ -39,4 +39,25 @@ void checkCrossEntropyGrad(const CrossEntropyArgs& a) {
         fail("crossEntropy: ld16 = " + std::to_string(a.ld16) + " is less than the vocabulary " + std::to_string(a.vocab));
 }
 
+void checkRoundedOutput(const char* what, const float* f32, const Rounded16& r, int64_t rows, int width) {
+    if (f32 && r.data) fail(std::string(what) + ": both the f32 output and its rounded form (16) are set");
+    if (!f32 && !r.data && rows > 0 && width > 0) fail(std::string(what) + ": no output (f32 or rounded) is set");
+    if (!r.data) return;
+    if (r.dtype != DTYPE_BF16 && r.dtype != DTYPE_F16)
+        fail(std::string(what) + ": a rounded output must be BF16 or F16, not dtype code " + std::to_string(r.dtype));
+    if (rows > 1 && r.ld < width)
+        fail(std::string(what) + ": ld = " + std::to_string(r.ld) + " of the rounded output is less than its " +
+             std::to_string(width) + " columns");
+}
+
+void checkScanBackwardOutputs(const ScanBackwardArgs& s) {
+    const int64_t rows = static_cast<int64_t>(s.batch) * s.steps;
+    checkRoundedOutput("selectiveScanBackward: ddt", s.ddt, s.ddt16, rows, s.channels);
+    checkRoundedOutput("selectiveScanBackward: dz", s.dz, s.dz16, rows, s.channels);
+}
+
+void checkConvBackwardOutputs(const ConvBackwardArgs& c) {
+    checkRoundedOutput("convSiluBackward: dx", c.dx, c.dx16, static_cast<int64_t>(c.batch) * c.steps, c.channels);
+}
+
 }  // namespace mamba

@@ -75,6 +75,18 @@ struct ConvArgs {
     int batch, steps, channels, width;
 };
 
+/**
+ * An op's output written rounded to a 2-byte type (DTYPE_BF16/F16, round to nearest even) instead of in f32: for a
+ * gradient whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — the
+ * producer rounds as it writes, so no packing pass re-reads the f32 values. Row r of the output at data + r·ld
+ * elements. Unset (data null) means the f32 output.
+ */
+struct Rounded16 {
+    void* data = nullptr;
+    int64_t ld = 0;
+    int dtype = DTYPE_BF16;
+};
+
 /** Backward of convSilu. Recomputes the conv output from x and the starting history. */
 struct ConvBackwardArgs {
     const float* x;            // [B*T, ldx]: the forward's conv input
@@ -94,6 +106,7 @@ struct ConvBackwardArgs {
     const float* dhistory_end;  // ∂L/∂(history after the last step), added to the gradients of the inputs it holds
     float* dhistory;            // out: ∂L/∂(history before step 0) (overwritten)
     int64_t dhistory_stride;
+    Rounded16 dx16{};           // or dx rounded (then dx is null): [B*T, dx16.ld]
 };
 
 /**
@@ -156,6 +169,11 @@ struct ScanBackwardArgs {
     const float* dh_end;       // ∂L/∂h after the last step: the starting value of the reverse carry
     float* dh_start;           // out: ∂L/∂h before step 0 (overwritten)
     int64_t dh_stride;
+    // Or ddt / dz rounded (then that f32 output is null): [B*T, ld] each.
+    Rounded16 ddt16{}, dz16{};
+    // dt's bias gradient (optional): dt_bias[channels] += Σ over rows of ddt (fixed order per backend). The scan owns
+    // it because it is the one op that holds ddt in f32: the product that reads ddt may only see it rounded.
+    float* ddt_bias = nullptr;
 };
 
 /**
@@ -519,5 +537,14 @@ inline bool roundsOperandsOf(const Ops& ops, int dtype) {
 void checkRoundedOperands(const Gemm& dataGrad, const Gemm& weightGrad);
 /** Checks a cross-entropy's 2-byte gradient output (dlogits16): alone, BF16/F16, ld16 ≥ vocab. */
 void checkCrossEntropyGrad(const CrossEntropyArgs& a);
+/**
+ * Checks an output that may come rounded: exactly one of f32 and r.data, r BF16/F16 with ld ≥ width (for more than
+ * one row). `what` names the op and output in the message, e.g. "selectiveScanBackward: ddt".
+ */
+void checkRoundedOutput(const char* what, const float* f32, const Rounded16& r, int64_t rows, int width);
+/** checkRoundedOutput for the scan backward's ddt and dz. */
+void checkScanBackwardOutputs(const ScanBackwardArgs& s);
+/** checkRoundedOutput for the conv backward's dx. */
+void checkConvBackwardOutputs(const ConvBackwardArgs& c);
 
 }  // namespace mamba

@@ -880,7 +880,51 @@ Prepared convSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
     return p;
 }
 
-Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
+/** 2-byte values (bf16, or f16) widened to f32, e.g. for Outputs. */
+std::vector<float> widenAll(const std::vector<uint16_t>& v, int dtype) {
+    std::vector<float> f;
+    f.reserve(v.size());
+    for (uint16_t h : v) f.push_back(halfToFloat(h, dtype));
+    return f;
+}
+
+/** A 2-byte output [rows, ld] written by a call in place of an f32 one (Rounded16), and how its values are checked. */
+struct RoundedOut {
+    Rounded16 out;
+    int width;
+    /** Rows of width 2-byte values (the padding past width left alone), from a poisoned buffer. */
+    static RoundedOut poisoned(Arena* A, int64_t rows, int width, int dtype) {
+        const int64_t ld = width + 3;  // odd: rows start at any 2-byte offset
+        return RoundedOut{Rounded16{A->poisonedHalf(rows * ld), ld, dtype}, width};
+    }
+    /**
+     * The values against the reference (widened; bf16 8e-3, f16 2e-3 of the largest), bit for bit the rounding of
+     * `f32` (the same backend's f32 output of the same call), and the padding untouched.
+     */
+    std::vector<Compare> check(Arena* A, const std::string& what, int64_t rows, const Vec& want,
+                               const std::vector<float>& f32) const {
+        const std::vector<uint16_t> all = A->getHalf(out.data, rows * out.ld);
+        std::vector<uint16_t> got, rounded;
+        std::vector<float> widened;
+        Compare pad{what + "16.pad", "bits", 0, 0};
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t k = 0; k < out.ld; ++k) {
+                const uint16_t v = all[r * out.ld + k];
+                if (k >= width) {
+                    pad.err += v != 0xDEADu;
+                    continue;
+                }
+                got.push_back(v);
+                widened.push_back(halfToFloat(v, out.dtype));
+                rounded.push_back(roundToHalf(f32[r * width + k], out.dtype));
+            }
+        return {nmax(what + "16", widened, want, out.dtype == DTYPE_BF16 ? 8e-3 : 2e-3),
+                bits16(what + "16 = round(f32 " + what + ")", got, rounded), pad};
+    }
+};
+
+/** The conv backward against the double reference; with dtype16 BF16/F16, dx written rounded (Rounded16). */
+Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int K, int dtype16 = DTYPE_F32) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -891,19 +935,39 @@ Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int 
     float* ddx = A->poisoned(R * lddx);
     float* ddw = A->put(dw0);
     float* ddb = A->put(db0);
-    const ConvBackwardArgs a{A->put(s.x), s.ldx, A->put(s.hist), s.hstride, A->put(s.w), A->put(s.bias), A->put(du),
-                             s.ldu, ddx, lddx, ddw, ddb, B, T, C, K, nullptr, nullptr, 0};
+    ConvBackwardArgs a{A->put(s.x), s.ldx, A->put(s.hist), s.hstride, A->put(s.w), A->put(s.bias), A->put(du),
+                       s.ldu, ddx, lddx, ddw, ddb, B, T, C, K, nullptr, nullptr, 0};
+    const bool rounded = dtype16 != DTYPE_F32;
+    const RoundedOut dx16 = RoundedOut::poisoned(A, R, C, dtype16);
+    if (rounded) {
+        a.dx = nullptr;
+        a.dx16 = dx16.out;
+    }
     p.call = [&ops, a] { ops.convSiluBackward(a); };
     Vec wantX, wantW = toDouble(dw0), wantB = toDouble(db0);
     ref::convSiluBackward(s.prob(), dense(du, R, s.ldu, C), wantX, wantW, wantB);
-    p.check = [=] {
-        const std::vector<float> gx = A->get(ddx, R * lddx);
-        return std::vector<Compare>{nmax("dx", strip(gx, R, lddx, C), wantX, kTolConv), padding("dx", gx, R, lddx, C),
-                                    nmax("dw", A->get(ddw, static_cast<int64_t>(C) * K), wantW, kTolConv),
-                                    nmax("dbias", A->get(ddb, C), wantB, kTolConv)};
+    p.check = [=, &ops] {
+        std::vector<Compare> c{nmax("dw", A->get(ddw, static_cast<int64_t>(C) * K), wantW, kTolConv),
+                               nmax("dbias", A->get(ddb, C), wantB, kTolConv)};
+        if (!rounded) {
+            const std::vector<float> gx = A->get(ddx, R * lddx);
+            c.push_back(nmax("dx", strip(gx, R, lddx, C), wantX, kTolConv));
+            c.push_back(padding("dx", gx, R, lddx, C));
+            return c;
+        }
+        ConvBackwardArgs f32 = a;  // the same call with an f32 dx (fresh accumulators)
+        f32.dx16 = Rounded16{};
+        f32.dx = A->poisoned(R * lddx);
+        f32.dw = A->put(dw0);
+        f32.dbias = A->put(db0);
+        ops.convSiluBackward(f32);
+        for (const Compare& x : dx16.check(A, "dx", R, wantX, strip(A->get(f32.dx, R * lddx), R, lddx, C))) c.push_back(x);
+        return c;
     };
     p.outputs = [=] {
-        return Outputs{A->get(ddx, R * lddx), A->get(ddw, static_cast<int64_t>(C) * K), A->get(ddb, C)};
+        Outputs o{A->get(ddw, static_cast<int64_t>(C) * K), A->get(ddb, C)};
+        o.push_back(rounded ? widenAll(A->getHalf(dx16.out.data, R * dx16.out.ld), dtype16) : A->get(ddx, R * lddx));
+        return o;
     };
     p.bytes = 4.0 * 3.0 * R * C;
     return p;
@@ -1205,8 +1269,12 @@ Prepared scanSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int N) {
     return p;
 }
 
+/**
+ * The scan backward against the double reference; ddt_bias always. With dtype16 BF16/F16, ddt and dz are written
+ * rounded (as Mamba-1's backward asks where its products round dy) and checked against the same call's f32 outputs.
+ */
 Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk, bool bigDt = false,
-                          bool alignedRows = false) {
+                          bool alignedRows = false, int dtype16 = DTYPE_F32) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -1220,13 +1288,24 @@ Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, i
     const std::vector<float> dal0 = uniform(rng, hn, -0.5, 0.5), dd0 = uniform(rng, C, -0.5, 0.5);
     const float* xdbl = A->put(s.xdbl);
     const float* xz = A->put(s.xz);
+    const std::vector<float> dbias0 = uniform(rng, C, -0.5, 0.5);
+    const bool rounded = dtype16 != DTYPE_F32;
     float *ddt = A->poisoned(R * C), *ddbc = A->poisoned(R * lddbc), *ddu = A->poisoned(R * C),
-          *ddz = A->poisoned(R * lddz), *ddal = A->put(dal0), *ddd = A->put(dd0);
-    const ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
-                             A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N, nullptr, nullptr, 0};
+          *ddz = A->poisoned(R * lddz), *ddal = A->put(dal0), *ddd = A->put(dd0), *ddbias = A->put(dbias0);
+    ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
+                       A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N, nullptr, nullptr, 0};
+    a.ddt_bias = ddbias;
+    const RoundedOut ddt16 = RoundedOut::poisoned(A, R, C, dtype16), dz16 = RoundedOut::poisoned(A, R, C, dtype16);
+    if (rounded) {
+        a.ddt = a.dz = nullptr;
+        a.ddt16 = ddt16.out;
+        a.dz16 = dz16.out;
+    }
     p.call = [&ops, a] { ops.selectiveScanBackward(a); };
     const ref::ScanGrads g = ref::selectiveScanBackward(s.prob, toDouble(doutv));
-    Vec wantBC(static_cast<size_t>(R * 2 * N)), wantAl = toDouble(dal0), wantD = toDouble(dd0);
+    Vec wantBC(static_cast<size_t>(R * 2 * N)), wantAl = toDouble(dal0), wantD = toDouble(dd0), wantBias = toDouble(dbias0);
+    for (int64_t r = 0; r < R; ++r)
+        for (int d = 0; d < C; ++d) wantBias[d] += g.ddt[r * C + d];
     for (int64_t r = 0; r < R; ++r)
         for (int n = 0; n < N; ++n) {
             wantBC[r * 2 * N + n] = g.dB[r * N + n];
@@ -1234,17 +1313,46 @@ Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, i
         }
     for (size_t i = 0; i < wantAl.size(); ++i) wantAl[i] += g.da_log[i];
     for (int d = 0; d < C; ++d) wantD[d] += g.dd_skip[d];
-    p.check = [=] {
-        const std::vector<float> gbc = A->get(ddbc, R * lddbc), gz = A->get(ddz, R * lddz);
-        return std::vector<Compare>{
-            nmax("ddt", A->get(ddt, R * C), g.ddt, kTolScanBwd),       nmax("dbc", strip(gbc, R, lddbc, 2 * N), wantBC, kTolScanBwd),
-            padding("dbc", gbc, R, lddbc, 2 * N),                      nmax("du", A->get(ddu, R * C), g.du, kTolScanBwd),
-            nmax("dz", strip(gz, R, lddz, C), g.dz, kTolScanBwd),      padding("dz", gz, R, lddz, C),
-            nmax("da_log", A->get(ddal, hn), wantAl, kTolScanBwd),     nmax("dd_skip", A->get(ddd, C), wantD, kTolScanBwd)};
+    p.check = [=, &ops] {
+        const std::vector<float> gbc = A->get(ddbc, R * lddbc);
+        std::vector<Compare> c{nmax("dbc", strip(gbc, R, lddbc, 2 * N), wantBC, kTolScanBwd),
+                               padding("dbc", gbc, R, lddbc, 2 * N),
+                               nmax("du", A->get(ddu, R * C), g.du, kTolScanBwd),
+                               nmax("da_log", A->get(ddal, hn), wantAl, kTolScanBwd),
+                               nmax("dd_skip", A->get(ddd, C), wantD, kTolScanBwd),
+                               nmax("ddt_bias", A->get(ddbias, C), wantBias, kTolScanBwd)};
+        if (!rounded) {
+            const std::vector<float> gz = A->get(ddz, R * lddz);
+            for (Compare x : {nmax("ddt", A->get(ddt, R * C), g.ddt, kTolScanBwd), nmax("dz", strip(gz, R, lddz, C), g.dz, kTolScanBwd),
+                              padding("dz", gz, R, lddz, C)})
+                c.push_back(x);
+            return c;
+        }
+        // the same call with f32 outputs (fresh accumulators): the rounded values must be its rounding
+        ScanBackwardArgs f32 = a;
+        f32.ddt16 = f32.dz16 = Rounded16{};
+        f32.ddt = A->poisoned(R * C);
+        f32.dz = A->poisoned(R * lddz);
+        f32.dbc = A->poisoned(R * lddbc);
+        f32.du = A->poisoned(R * C);
+        f32.da_log = A->put(dal0);
+        f32.dd_skip = A->put(dd0);
+        f32.ddt_bias = A->put(dbias0);
+        ops.selectiveScanBackward(f32);
+        for (const Compare& x : ddt16.check(A, "ddt", R, g.ddt, A->get(f32.ddt, R * C))) c.push_back(x);
+        for (const Compare& x : dz16.check(A, "dz", R, g.dz, strip(A->get(f32.dz, R * lddz), R, lddz, C))) c.push_back(x);
+        return c;
     };
     p.outputs = [=] {
-        return Outputs{A->get(ddt, R * C), A->get(ddbc, R * lddbc), A->get(ddu, R * C),
-                       A->get(ddz, R * lddz), A->get(ddal, hn),         A->get(ddd, C)};
+        Outputs o{A->get(ddbc, R * lddbc), A->get(ddu, R * C), A->get(ddal, hn), A->get(ddd, C), A->get(ddbias, C)};
+        if (!rounded) {
+            o.push_back(A->get(ddt, R * C));
+            o.push_back(A->get(ddz, R * lddz));
+        } else {
+            o.push_back(widenAll(A->getHalf(ddt16.out.data, R * ddt16.out.ld), dtype16));
+            o.push_back(widenAll(A->getHalf(dz16.out.data, R * dz16.out.ld), dtype16));
+        }
+        return o;
     };
     p.bytes = 4.0 * R * (9.0 * C + 4.0 * N);
     return p;
@@ -2147,6 +2255,9 @@ std::vector<Case> allCases() {
     for (int K : {3, 8})  // the other compile-time widths of the CUDA kernel (two tiles of steps)
         add("convSiluBackward", format("B=2 T=64 C=72 K=%d ld+", K), DTYPE_F32, "-", NEED_TRAINING, false,
             [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, 64, 72, K); });
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})  // dx written rounded (in_proj's dy where its products round it)
+        add("convSiluBackward", "B=2 T=70 C=72 K=4 dx16", dtype, "-", NEED_TRAINING, false,
+            [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, 70, 72, 4, dtype); });
     add("convSiluBackward", "B=1 T=512 C=1536 K=4", DTYPE_F32, "-", NEED_TRAINING, true,
         [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 1, 512, 1536, 4); });
     // the 130m training step's shape (B 8 × T 2,048: 512 partials per weight)
@@ -2219,6 +2330,11 @@ std::vector<Case> allCases() {
         for (int N : {16, 64, 12})
             add("selectiveScanBackward", format("B=2 T=%d C=72 N=%d ckpt/%d", T, N, chunkFor(T)), DTYPE_F32, "-", NEED_TRAINING, false,
                 [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, T, 72, N, chunkFor(T)); });
+    // ddt and dz written rounded (Mamba-1 where its products round dy): both kernels of the CUDA backward
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        for (auto [T, N, ck] : {std::array<int, 3>{67, 16, 16}, {70, 12, 16}})
+            add("selectiveScanBackward", format("B=2 T=%d C=72 N=%d ckpt/%d ddt16+dz16", T, N, ck), dtype, "-", NEED_TRAINING,
+                false, [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, T, 72, N, ck, false, true, dtype); });
     add("selectiveScanBackward", "B=2 T=7 C=72 N=16 ckpt/4 dt in [15,25]", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 7, 72, 16, 4, true); });
     add("selectiveScanBackward.carry", "B=2 T=12 C=20 N=4 ckpt/4 dh_end+dh_start", DTYPE_F32, "-", NEED_TRAINING, false,

@@ -202,7 +202,14 @@ public:
         }
     }
 
+    /** Element (r, d) of an output that may come rounded (Rounded16). */
+    static void store(float* f32, int64_t ld, const Rounded16& r16, int64_t r, int d, float v) {
+        if (f32) f32[r * ld + d] = v;
+        else static_cast<uint16_t*>(r16.data)[r * r16.ld + d] = r16.dtype == DTYPE_BF16 ? toBf16(v) : toF16(v);
+    }
+
     void convSiluBackward(const ConvBackwardArgs& c) override {
+        checkConvBackwardOutputs(c);
         const int K = c.width, H = K - 1, T = c.steps;
         std::vector<float> dc(static_cast<size_t>(T));
         for (int b = 0; b < c.batch; ++b)
@@ -225,7 +232,7 @@ public:
                     if (c.dhistory_end && s >= T - H)
                         acc += c.dhistory_end[b * c.dhistory_stride + static_cast<int64_t>(d) * H + s - (T - H)];
                     if (s >= 0)
-                        c.dx[(static_cast<int64_t>(b) * T + s) * c.lddx + d] = acc;
+                        store(c.dx, c.lddx, c.dx16, static_cast<int64_t>(b) * T + s, d, acc);
                     else
                         c.dhistory[b * c.dhistory_stride + static_cast<int64_t>(d) * H + H + s] = acc;
                 }
@@ -476,6 +483,7 @@ public:
     }
 
     void selectiveScanBackward(const ScanBackwardArgs& s) override {
+        checkScanBackwardOutputs(s);
         const int T = s.steps, C = s.channels, N = s.d_state, K = s.chunk;
         const int chunks = (T + K - 1) / K;
         const int64_t R = static_cast<int64_t>(s.batch) * T;
@@ -504,7 +512,7 @@ public:
                         float y = s.d_skip[d] * u;
                         for (int n = 0; n < N; ++n) y += hs[(t - ta + 1) * N + n] * Ct[n];
                         const float dout = s.dout[r * C + d], dy = dout * siluf(z);
-                        s.dz[r * s.lddz + d] = dout * y * dsiluf(z);
+                        store(s.dz, s.lddz, s.dz16, r, d, dout * y * dsiluf(z));
                         s.dd_skip[d] += dy * u;
                         float du = s.d_skip[d] * dy, ddelta = 0.f;
                         for (int n = 0; n < N; ++n) {
@@ -518,7 +526,9 @@ public:
                             G[n] *= abar;
                         }
                         s.du[r * C + d] = du;
-                        s.ddt[r * C + d] = ddelta * (dtv > 20.f ? 1.f : sigm(dtv));
+                        const float ddt = ddelta * (dtv > 20.f ? 1.f : sigm(dtv));
+                        store(s.ddt, C, s.ddt16, r, d, ddt);
+                        if (s.ddt_bias) s.ddt_bias[d] += ddt;
                     }
                 }
                 if (s.dh_start) std::copy_n(G.begin(), N, s.dh_start + b * s.dh_stride + static_cast<int64_t>(d) * N);

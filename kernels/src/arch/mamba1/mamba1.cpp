@@ -122,24 +122,47 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     scan.dh_end = c.dend ? c.dend + d_.conv_state : nullptr;
     scan.dh_start = c.dstart ? c.dstart + d_.conv_state : nullptr;
     scan.dh_stride = c.state_stride;
+    scan.ddt_bias = grad(L.dt_b);  // db_dt = Σ ddt
+    // Where the products round their dy anyway, ddt and dz are written rounded, as dt_proj and in_proj read them
+    // (dense 2-byte rows over their f32 buffers' first halves): no packing pass reads them again in f32.
+    const bool dt16 = roundsOperandsOf(ops, w.matrix(L.dt_w).dtype), xz16 = roundsOperandsOf(ops, w.matrix(L.in_proj).dtype);
+    const Rounded16 ddt16{g.dt.data(), E, w.matrix(L.dt_w).dtype};
+    const Rounded16 dxz16{g.xz.data(), 2 * E, w.matrix(L.in_proj).dtype};  // [dx | dz], 2-byte
+    if (dt16) {
+        scan.ddt = nullptr;
+        scan.ddt16 = ddt16;
+    }
+    if (xz16) {
+        scan.dz = nullptr;
+        scan.dz16 = Rounded16{static_cast<uint16_t*>(dxz16.data) + E, dxz16.ld, dxz16.dtype};
+    }
     ops.selectiveScanBackward(scan);
 
-    // dt_proj: dW_dt += ddtᵀ·δ, db_dt += Σ ddt, dδ = ddt·W_dt.
-    ops.linearBackward(Gemm::backwardData(c.mode, g.dt.data(), E, R, trainingMatrix(w, master, L.dt_w), g.xdbl.data(), d_.xdbl, 0.f),
-                       Gemm::weightGrad(c.mode, w.matrix(L.dt_w).dtype, g.dt.data(), E, tp.xdbl.data(), d_.xdbl, R, E, d_.dt_rank, grad(L.dt_w), grad(L.dt_b)));
+    // dt_proj: dW_dt += ddtᵀ·δ, dδ = ddt·W_dt.
+    const Gemm dtData = Gemm::backwardData(c.mode, g.dt.data(), E, R, trainingMatrix(w, master, L.dt_w), g.xdbl.data(), d_.xdbl, 0.f);
+    const Gemm dtWeight = Gemm::weightGrad(c.mode, w.matrix(L.dt_w).dtype, g.dt.data(), E, tp.xdbl.data(), d_.xdbl, R, E, d_.dt_rank, grad(L.dt_w), nullptr);
+    if (dt16) ops.linearBackward(dtData.withRoundedDy(ddt16.data, E), dtWeight.withRoundedDy(ddt16.data, E));
+    else ops.linearBackward(dtData, dtWeight);
 
     // x_proj: dW_x += dxdblᵀ·u, du += dxdbl·W_x.
     ops.linearBackward(Gemm::backwardData(c.mode, g.xdbl.data(), d_.xdbl, R, trainingMatrix(w, master, L.x_proj), g.u.data(), E, 1.f),
                        withX(Gemm::weightGrad(c.mode, w.matrix(L.x_proj).dtype, g.xdbl.data(), d_.xdbl, tp.u.data(), E, R, d_.xdbl, E, grad(L.x_proj), nullptr), tp.u16, E));
 
     // conv + SiLU: dx (into dxz's first half), dconv_w, dconv_b.
-    ops.convSiluBackward(ConvBackwardArgs{tp.xz.data(), 2 * E, c.start, c.state_stride, w.vec(L.conv_w),
-                                          w.vec(L.conv_b), g.u.data(), E, g.xz.data(), 2 * E, grad(L.conv_w),
-                                          grad(L.conv_b), c.B, c.T, E, d_.d_conv, c.dend, c.dstart, c.state_stride});
+    ConvBackwardArgs conv{tp.xz.data(), 2 * E, c.start, c.state_stride, w.vec(L.conv_w), w.vec(L.conv_b), g.u.data(), E,
+                          g.xz.data(), 2 * E, grad(L.conv_w), grad(L.conv_b), c.B, c.T, E, d_.d_conv, c.dend, c.dstart,
+                          c.state_stride};
+    if (xz16) {
+        conv.dx = nullptr;
+        conv.dx16 = dxz16;
+    }
+    ops.convSiluBackward(conv);
 
     // in_proj: dW_in += dxzᵀ·normed, dnormed = dxz·W_in.
-    ops.linearBackward(Gemm::backwardData(c.mode, g.xz.data(), 2 * E, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f),
-                       withX(Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr), tp.normed16, D));
+    const Gemm inData = Gemm::backwardData(c.mode, g.xz.data(), 2 * E, R, trainingMatrix(w, master, L.in_proj), g.normed.data(), D, 0.f);
+    const Gemm inWeight = withX(Gemm::weightGrad(c.mode, w.matrix(L.in_proj).dtype, g.xz.data(), 2 * E, tp.normed.data(), D, R, 2 * E, D, grad(L.in_proj), nullptr), tp.normed16, D);
+    if (xz16) ops.linearBackward(inData.withRoundedDy(dxz16.data, 2 * E), inWeight.withRoundedDy(dxz16.data, 2 * E));
+    else ops.linearBackward(inData, inWeight);
 
     // The block norm, added to the residual gradient.
     ops.rmsnormBackward(RmsNormBackwardArgs{c.input, D, w.vec(L.norm), g.normed.data(), D, R, D, d_.eps, dresid, D,
