@@ -7,12 +7,16 @@
 #           bash .device/run.sh main CLASS ARGS…              the current build
 #           bash scripts/device-ab.sh main CLASS ARGS…        the base build (same bundle, base libmamba)
 #           alternating the two, at least twice each: fresh machines differ by several percent.
+#   here:   scripts/device-ab.sh optest [COMMIT]   an sm_90-only op test of COMMIT (default HEAD) as
+#                                               .device/base/op_test-SHORT.xz (~2.4 MB; SHORT = 7 hex digits), so one
+#                                               carry holds the bundle, the base and op tests of several commits
+#   device: bash scripts/device-ab.sh run-optest SHORT --backend cuda …   (OpenBLAS from the bundle: run.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
-  build)
-    commit=$(git rev-parse --verify "${2:?usage: device-ab.sh build COMMIT}^{commit}")
-    if ! git diff --quiet "$commit" HEAD -- kernels/include; then
+  build|optest)
+    commit=$(git rev-parse --verify "${2:-HEAD}^{commit}")
+    if [ "$1" = build ] && ! git diff --quiet "$commit" HEAD -- kernels/include; then
       echo "device-ab: the public header differs between $commit and HEAD: the bundle's JNI library would not match" >&2
       exit 2
     fi
@@ -21,11 +25,36 @@ case ${1:-} in
     # the device is Hopper: build its architecture alone (a third of the size, half the time)
     sed -i 's/-gencode arch=compute_80,code=sm_80 //g; s/ -gencode arch=compute_90,code=compute_90//g' "$W/cppbuild.sh"
     OB=$PWD/presets/target/openblas/org/bytedeco/openblas/linux-x86_64
-    (cd "$W" && bash cppbuild.sh install -platform=linux-x86_64 -prefix="$W/out" -openblas="$OB" > "$W/build.log" 2>&1) ||
+    [ -f "$W/out/lib/libmamba.so" ] ||
+      (cd "$W" && bash cppbuild.sh install -platform=linux-x86_64 -prefix="$W/out" -openblas="$OB" > "$W/build.log" 2>&1) ||
       { tail -20 "$W/build.log" >&2; exit 1; }
     mkdir -p .device/base
-    xz -T0 -9 -c "$W/out/lib/libmamba.so" > .device/base/libmamba.so.xz
-    echo "device-ab: .device/base/libmamba.so.xz = $commit ($(stat -c %s .device/base/libmamba.so.xz) bytes)" ;;
+    if [ "$1" = build ]; then
+      xz -T0 -9 -c "$W/out/lib/libmamba.so" > .device/base/libmamba.so.xz
+      echo "device-ab: .device/base/libmamba.so.xz = $commit ($(stat -c %s .device/base/libmamba.so.xz) bytes)"
+    else
+      out=.device/base/op_test-${commit:0:7}.xz
+      strip -o /tmp/op_test.$$ "$W/out/bin/op_test"
+      xz -T0 -9 -c /tmp/op_test.$$ > "$out"; rm -f /tmp/op_test.$$
+      echo "device-ab: $out = $commit ($(stat -c %s "$out") bytes)"
+    fi ;;
+  run-optest)
+    short=${2:?usage: device-ab.sh run-optest SHORT ARGS…}; shift 2
+    N=/tmp/mamba4j-bundle
+    [ -f "$N/.stamp" ] || { echo "device-ab: run .device/run.sh once first (it unpacks the bundle)" >&2; exit 2; }
+    mkdir -p /tmp/ab-oblas
+    [ -x /tmp/ab-op_test-$short ] ||
+      { xz -dc .device/base/op_test-$short.xz > /tmp/ab-op_test-$short && chmod +x /tmp/ab-op_test-$short; }
+    [ -n "$(ls /tmp/ab-oblas)" ] || (cd /tmp/ab-oblas && python3 - "$N"/lib/openblas-*-linux-x86_64.jar <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    for i in z.infolist():
+        name = os.path.basename(i.filename)
+        if name.startswith('libopenblas') or name.startswith('libgfortran') or name.startswith('libquadmath'):
+            open(name, 'wb').write(z.read(i))
+PY
+    )
+    LD_LIBRARY_PATH=/tmp/ab-oblas exec /tmp/ab-op_test-$short "$@" ;;
   main|tests)
     N=/tmp/mamba4j-bundle; B=/tmp/mamba4j-base
     [ -f "$N/.stamp" ] || { echo "device-ab: run .device/run.sh once first (it unpacks the bundle)" >&2; exit 2; }
@@ -43,5 +72,5 @@ PY
       touch "$B/.stamp"
     fi
     exec sh "$B/launch.sh" "$@" ;;
-  *) echo "usage: scripts/device-ab.sh build COMMIT | main CLASS ARGS… | tests ARGS…" >&2; exit 2 ;;
+  *) echo "usage: scripts/device-ab.sh build COMMIT | optest [COMMIT] | main CLASS ARGS… | tests ARGS… | run-optest SHORT ARGS…" >&2; exit 2 ;;
 esac
