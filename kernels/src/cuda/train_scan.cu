@@ -14,7 +14,7 @@
 // Two kernels walk it:
 //  - scanBackward16Kernel, d_state 16 and chunks of ≤ 16 steps (every Mamba-1 tape; see its comment): a chunk's states
 //    re-run once into shared memory and read back by the walk, its inputs staged by cp.async a chunk ahead; dB_t /
-//    dC_t through a shared table;
+//    dC_t halved over each warp's channels by shuffles, then the warps through a small shared table;
 //  - scanBackwardKernel, any other shape: states re-run twice (every SUB-th kept, then each sub-chunk's in registers);
 //    dB_t / dC_t by xor-shuffle trees over the warp's channels, then the warps in order through shared memory.
 // dB_t, dC_t are sums over channels: one partial per (channel block, row), the channel blocks added in order by a
@@ -77,20 +77,6 @@ __device__ __forceinline__ float groupSum(float v, int S) {
 
 constexpr int kFullChannels = kThreads / 4;  // channels per block with d_state 16 (4 lanes per channel)
 
-/**
- * Σ over the C channels of one step's table [C][2N] for value e (dB_n for e < N, dC_n after), channels in order in
- * four interleaved partial sums ((c0 + c1) + (c2 + c3), c_j over channels ≡ j mod 4). Odd channels store their dB and
- * dC halves swapped, so that the 8 lanes of a quarter-warp (channels 2i and 2i+1) write 16-byte vectors to all 32
- * banks, while a warp reading one channel's 32 values still touches each bank once.
- */
-template <int C>
-__device__ __forceinline__ float dbcColumn(const float* table, int e, int N) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    const int even = e, odd = e < N ? e + N : e - N;
-#pragma unroll
-    for (int c = 0; c < C; ++c) acc[c % 4] += table[c * 2 * N + ((c & 1) ? odd : even)];
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
 
 struct Layout {
     int S, per_block, ch_blocks;
@@ -497,8 +483,10 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 // memory busy; staged, every block has its next chunk's 10 KB in flight while it computes.
 // A channel's per-step scalar work (the softplus, the gate's values, the du / ddt / dz stores) is done by one of its
 // lanes per step: lane q takes step q of every 4, handing Δ, u and dy round by shuffles or shared memory.
-// dB_t, dC_t: each lane writes its 4 + 4 terms of a step into the table [4 steps][32 channels][2N]; after every 4
-// steps of the walk, thread k adds column k over the 32 channels (dbcColumn) — no shuffles or selects in the walk.
+// dB_t, dC_t: a step's 4 + 4 terms per lane are halved over the warp's 8 channels (halveOverChannels: 7 shuffles, each
+// lane left with one of the 32 sums), written to a table [4 steps][4 warps][2N]; after every 4 steps of the walk,
+// thread k adds its value over the 4 warps in order. (A table of every lane's terms, [4 steps][32 channels][2N],
+// summed down its columns, cost 16 shared-memory wavefronts per warp-step against 9 here.)
 constexpr int kPiece = 16;  // the longest chunk this kernel walks; longer ones go to the general kernel
 constexpr int kQuad = 4;    // steps per table fill = lanes per channel (lane q takes step q)
 constexpr int kBackward16MinBlocks = 3;
@@ -517,10 +505,36 @@ struct Stage16 {
 
 /**
  * Floats of the d_state-16 kernel's shared memory: the chunk's states, the Δ cache, the dB/dC table and two stages
- * (72 KB: 3 blocks per SM).
+ * (58 KB: 3 blocks per SM).
  */
 constexpr int64_t backward16SmemFloats() {
-    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + kQuad * kFullChannels * 32 + 2 * Stage16::kFloats;
+    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + kQuad * kWarps * 32 + 2 * Stage16::kFloats;
+}
+
+/**
+ * A lane's dB_t (vB, states 4l … 4l+3 of its quad lane l) and dC_t (vC) terms summed over the warp's 8 channels by
+ * recursive halving: at each level the lane keeps half of its values, sends the other half to the lane of the
+ * partner channel (xor 4, 8, 16) and adds what comes back (a + b = b + a: both partners hold the same sum). Left in
+ * each lane: value e = 16·(lane bit 2) + 4·l + 2·(bit 3) + (bit 4) of 2N = 32 (dB for e < 16), the channels added as
+ * ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)). Returns the sum; *e gets its index.
+ */
+__device__ __forceinline__ float halveOverChannels(const float (&vB)[4], const float (&vC)[4], int lane, int* e) {
+    const bool b2 = lane & 4, b3 = lane & 8, b4 = lane & 16;
+    float v4[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // keep C (bit 2 set) or B, send the other
+        const float keep = b2 ? vC[i] : vB[i], send = b2 ? vB[i] : vC[i];
+        v4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    }
+    float v2[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // keep states 2, 3 (bit 3 set) or 0, 1
+        const float keep = b3 ? v4[2 + i] : v4[i], send = b3 ? v4[i] : v4[2 + i];
+        v2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+    }
+    const float keep = b4 ? v2[1] : v2[0], send = b4 ? v2[0] : v2[1];
+    *e = (b2 ? 16 : 0) + (lane & 3) * 4 + (b3 ? 2 : 0) + (b4 ? 1 : 0);
+    return keep + __shfl_xor_sync(0xffffffffu, send, 16);
 }
 
 /**
@@ -573,8 +587,8 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int d0 = p.chb * C;                                            // the block's first channel
     float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the chunk's states
     float* dcache = reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads);  // [kPiece][C]: Δ
-    float* table = dcache + kPiece * C;                                  // [kQuad][C][2N]: dB_t / dC_t terms
-    float* const stage0 = table + kQuad * C * 2 * N;                   // two Stage16s: chunk c in stage c % 2
+    float* table = dcache + kPiece * C;                                  // [kQuad][kWarps][2N]: dB_t / dC_t per warp
+    float* const stage0 = table + kQuad * kWarps * 2 * N;              // two Stage16s: chunk c in stage c % 2
     auto stageOf = [&](int c) { return Stage16{stage0 + (c & 1) * Stage16::kFloats}; };
 
     float a2[NS], A[NS], G[NS], gA[NS];
@@ -694,11 +708,10 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
 #pragma unroll
                     for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
                 }
-                // the lane's terms into the table (odd channels swap the halves: see dbcColumn)
-                float* row = table + (q * C + ch) * 2 * N;
-                const int swap = (ch & 1) * N;
-                *reinterpret_cast<float4*>(row + swap + p.n0) = make_float4(vB[0], vB[1], vB[2], vB[3]);
-                *reinterpret_cast<float4*>(row + (N - swap) + p.n0) = make_float4(vC[0], vC[1], vC[2], vC[3]);
+                // the warp's sums over its channels into the table
+                int e;
+                const float v = halveOverChannels(vB, vC, tid % 32, &e);
+                table[(q * kWarps + tid / 32) * 2 * N + e] = v;
 #pragma unroll
                 for (int i = 0; i < NS; ++i) hn[i] = hp[i];
             }
@@ -710,13 +723,15 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
                 storeGrad(s.dz, s.lddz, s.dz16, r, p.d, my_dout * my_yv * gg.g);
             }
-            // thread k: step k / 2N, value k % 2N over the block's channels; the second barrier keeps the next
+            // thread k: step k / 2N, value k % 2N over the block's warps in order; the second barrier keeps the next
             // steps (and the next chunk's copies into this stage) from writing before every value is read
             __syncthreads();
             if (tid < cnt * 2 * N) {
                 const int q = tid / (2 * N), e = tid % (2 * N);
+                const float* col = table + q * kWarps * 2 * N + e;
                 o.pbc[(static_cast<int64_t>(p.chb) * R + rg + q) * 2 * N + e] =
-                    dbcColumn<C>(table + q * C * 2 * N, e, N);
+                    (col[0] + col[2 * N]) + (col[4 * N] + col[6 * N]);
+                static_assert(kWarps == 4, "the sum over the warps is written out for 4");
             }
             __syncthreads();
         }
