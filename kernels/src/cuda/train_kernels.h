@@ -21,8 +21,9 @@ namespace mamba::cuda::train {
  * Device workspaces on demand, owned by the caller (the backend): get(slot, n) returns at least n floats
  * that stay valid until the next request of the same slot. Contents are never assumed to be anything.
  * Slots: 0, 1, 2 the partial sums of the conv and scan backward (Mamba-3's backward: its chunk states, dk/dq,
- * φ and partials; 4 its norm products); 3 rmsnorm's 1/rms per row; 5 the double partials of sumOfSquares and
- * mse; 6 embedBackward's sort; 7 columnSums (called by the WeightGrad product and rmsnormBackward).
+ * φ and partials; 4 its norm products); 3 rmsnorm backward's per-block weight-gradient partials (and the scan
+ * backward's group carries); 5 the double partials of sumOfSquares and mse; 6 embedBackward's sort; 7 columnSums
+ * (called by the WeightGrad product).
  */
 struct Scratch {
     void* owner;

@@ -1,71 +1,102 @@
-// RMSNorm backward. Per row (one block): ρ = 1/sqrt(mean(x²) + eps), g = w ⊙ dy,
+// RMSNorm backward. Per row: ρ = 1/sqrt(mean(x²) + eps), g = w ⊙ dy,
 //   dx = beta·dx + ρ·(g − x·c) with c = Σ(g ⊙ x)·ρ²/d   (= ρ·(g − x̂·mean(g ⊙ x̂)), x̂ = ρ·x),
-// sums per thread in a fixed stride order, then a fixed shared-memory tree. ρ of every row goes to a
-// workspace; the weight gradient dw[j] += Σ_r dy[r, j]·(x[r, j]·ρ_r) is a deterministic column sum.
+// and the weight gradient dw[j] += Σ_r dy[r, j]·(x[r, j]·ρ_r).
+//
+// One warp per row, up to 8 warps per block, kNormRows rows per block (warp w of W takes rows w, w + W, …):
+// lane l owns the columns l, l + 32, …, so a row's sums are a lane's terms in column order, then a fixed xor tree;
+// its dx elements are its own, and so are its shares of dw, accumulated over the warp's rows in shared memory. After
+// the rows, the block adds its warps' shares in warp order into one partial per block, and a second kernel adds the
+// blocks' partials in block order (a warp per column: lane j takes blocks j, j + 32, … in order, then a fixed xor tree).
+// dw never needs a second pass over dy and x.
 #include "train_kernels.h"
+
+#include <algorithm>
 
 namespace mamba::cuda::train {
 namespace {
 
-template <int THREADS>
-__device__ void blockSum2(float& a, float& b) {
-    __shared__ float sa[THREADS], sb[THREADS];
-    sa[threadIdx.x] = a;
-    sb[threadIdx.x] = b;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (static_cast<int>(threadIdx.x) < s) {
-            sa[threadIdx.x] += sa[threadIdx.x + s];
-            sb[threadIdx.x] += sb[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    a = sa[0];
-    b = sb[0];
+constexpr int kNormMaxWarps = 8;
+constexpr int kNormRows = 32;
+
+/** Σ over the warp (a fixed xor tree: every lane gets the same bits). */
+__device__ __forceinline__ float warpSum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
 }
 
-// dx may alias neither x nor dy (the model passes separate buffers); each dx element is written by one thread.
-template <int THREADS>
-__global__ void __launch_bounds__(THREADS) rmsnormBackwardKernel(const float* x, int64_t ldx, const float* w,
-                                                                 const float* dy, int64_t lddy, int d, float eps,
-                                                                 float* dx, int64_t lddx, float beta, float* rstd) {
+// dx may alias neither x nor dy (the model passes separate buffers). Shared memory: [warps][d] dw shares.
+__global__ void __launch_bounds__(kNormMaxWarps * 32) rmsnormBackwardKernel(RmsNormBackwardArgs a, float* part) {
+    extern __shared__ float share[];
     pdlWait();
     pdlLaunchDependents();
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * ldx;
-    const float* gr = dy + r * lddy;
-    float* out = dx + r * lddx;
-    float ss = 0.f, dot = 0.f;
-    for (int j = threadIdx.x; j < d; j += THREADS) {
-        const float xv = xr[j];
-        ss += xv * xv;
-        dot += w[j] * gr[j] * xv;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, d = a.d;
+    float* mine = share + static_cast<int64_t>(warp) * d;
+    for (int j = lane; j < d; j += 32) mine[j] = 0.f;
+    const int64_t r_end = min(a.rows, (static_cast<int64_t>(blockIdx.x) + 1) * kNormRows);
+    for (int64_t r = static_cast<int64_t>(blockIdx.x) * kNormRows + warp; r < r_end; r += warps) {
+        const float* xr = a.x + r * a.ldx;
+        const float* gr = a.dy + r * a.lddy;
+        float* out = a.dx + r * a.lddx;
+        float ss = 0.f, dot = 0.f;
+        for (int j = lane; j < d; j += 32) {
+            const float xv = xr[j];
+            ss += xv * xv;
+            dot += a.w[j] * gr[j] * xv;
+        }
+        ss = warpSum(ss);
+        dot = warpSum(dot);
+        const float rho = 1.f / sqrtf(ss / static_cast<float>(d) + a.eps);
+        const float c = dot * rho * rho / static_cast<float>(d);
+        for (int j = lane; j < d; j += 32) {
+            const float xv = xr[j], gv = gr[j];
+            const float v = rho * (a.w[j] * gv - c * xv);
+            out[j] = a.beta == 0.f ? v : a.beta * out[j] + v;
+            mine[j] += gv * (xv * rho);
+        }
     }
-    blockSum2<THREADS>(ss, dot);
-    const float rho = 1.f / sqrtf(ss / static_cast<float>(d) + eps);
-    const float c = dot * rho * rho / static_cast<float>(d);
-    if (threadIdx.x == 0) rstd[r] = rho;
-    if (beta == 0.f) {
-        for (int j = threadIdx.x; j < d; j += THREADS) out[j] = rho * (w[j] * gr[j] - c * xr[j]);
-    } else {
-        for (int j = threadIdx.x; j < d; j += THREADS) out[j] = beta * out[j] + rho * (w[j] * gr[j] - c * xr[j]);
+    __syncthreads();
+    for (int j = threadIdx.x; j < d; j += blockDim.x) {
+        float v = share[j];
+        for (int w = 1; w < warps; ++w) v += share[static_cast<int64_t>(w) * d + j];
+        part[static_cast<int64_t>(blockIdx.x) * d + j] = v;
     }
+}
+
+// dw[j] += Σ_b part[b, j], blocks in order: one warp per column.
+__global__ void rmsnormWeightFinishKernel(const float* part, int64_t blocks, int d, float* dw) {
+    pdlWait();
+    pdlLaunchDependents();
+    const int64_t j = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (j >= d) return;  // whole warps: j is the same for all 32 lanes
+    float v = 0.f;
+    for (int64_t b = lane; b < blocks; b += 32) v += part[b * d + j];
+    v = warpSum(v);
+    if (lane == 0) dw[j] += v;
 }
 
 }  // namespace
 
 void rmsnormBackward(const Exec& ex, const RmsNormBackwardArgs& a, const Scratch& scratch) {
     if (a.rows <= 0 || a.d <= 0) return;
-    if (a.rows > 0x7fffffff) throw std::invalid_argument("rmsnormBackward: too many rows");
-    float* rstd = scratch.get(3, a.rows);
-    const dim3 grid(static_cast<unsigned>(a.rows));
-    if (a.d <= 1024)
-        launch("rmsnorm backward", ex, rmsnormBackwardKernel<128>, grid, dim3(128), 0, a.x, a.ldx, a.w, a.dy, a.lddy,
-               a.d, a.eps, a.dx, a.lddx, a.beta, rstd);
-    else
-        launch("rmsnorm backward", ex, rmsnormBackwardKernel<256>, grid, dim3(256), 0, a.x, a.ldx, a.w, a.dy, a.lddy,
-               a.d, a.eps, a.dx, a.lddx, a.beta, rstd);
-    columnSums(ex, a.dy, a.lddy, a.x, a.ldx, rstd, a.rows, a.d, a.dw, scratch);
+    const int64_t blocks = (a.rows + kNormRows - 1) / kNormRows;
+    if (blocks > 0x7fffffff) throw std::invalid_argument("rmsnormBackward: too many rows");
+    // as many warps (≤ 8) as the rows' dw shares fit in a block's shared memory
+    const int64_t row_bytes = static_cast<int64_t>(a.d) * sizeof(float);
+    const int warps = static_cast<int>(std::min<int64_t>(kNormMaxWarps, ex.smem_optin / row_bytes));
+    if (warps < 1)
+        throw std::invalid_argument("rmsnormBackward: d = " + std::to_string(a.d) + " needs " + std::to_string(row_bytes) +
+                                    " bytes of shared memory per block; the device has " + std::to_string(ex.smem_optin));
+    const size_t smem = static_cast<size_t>(warps * row_bytes);
+    // The opt-in is the device's maximum, always (see selectiveScanBackward): a concurrent setter never lowers it.
+    if (smem > 48 * 1024)
+        check(cudaFuncSetAttribute(rmsnormBackwardKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, ex.smem_optin),
+              "cudaFuncSetAttribute (rmsnorm backward)");
+    float* part = scratch.get(3, blocks * a.d);
+    launch("rmsnorm backward", ex, rmsnormBackwardKernel, dim3(static_cast<unsigned>(blocks)), dim3(warps * 32), smem, a,
+           part);
+    launch("rmsnorm backward dw", ex, rmsnormWeightFinishKernel, dim3(blocksFor(static_cast<int64_t>(a.d) * 32, 128)),
+           dim3(128), 0, static_cast<const float*>(part), blocks, a.d, a.dw);
 }
 
 }  // namespace mamba::cuda::train
