@@ -128,6 +128,7 @@ void CpuBackend::fromLowPrecision(const void* src, int dtype, float* dst, int64_
 void CpuBackend::convSilu(const ConvArgs& c) {
     // Messages are built only on failure (here and in every op): these checks run on every decode step.
     if (c.width < 1 || c.width > 8) fail("convSilu: width = " + std::to_string(c.width) + " must be in [1, 8]");
+    checkConvOutputs(c);
     const int K = c.width, H = K - 1;
     const int blocks = (c.channels + kChannelBlock - 1) / kChannelBlock;
     const int64_t work = static_cast<int64_t>(c.batch) * c.steps * c.channels;
@@ -160,6 +161,9 @@ void CpuBackend::convSilu(const ConvArgs& c) {
                 float* ur = c.u + (row0 + t) * c.ldu + d0;
 #pragma omp simd
                 for (int j = 0; j < nd; ++j) ur[j] = silu(acc[j]);
+                if (c.u16.data)
+                    narrowFromF32(ur, c.u16.dtype == DTYPE_F16,
+                                  static_cast<uint16_t*>(c.u16.data) + (row0 + t) * c.u16.ld + d0, nd);
             }
             // New history: the last H inputs of the window (old history + this call's inputs).
             for (int i = 0; i < H; ++i) {

@@ -216,6 +216,7 @@ void forwardFastRow(const Gemm& g, float beta) {
 }  // namespace
 
 void CpuBackend::gemm(const Gemm& g) {
+    if (g.a16 && g.kind == GemmKind::Forward) return gemmWidened(g);
     validate(g);
     const Matrix& w = g.w;
     if (g.rows == 0) return;

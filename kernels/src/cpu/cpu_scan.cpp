@@ -16,6 +16,13 @@
 namespace mamba::cpu {
 namespace {
 
+/** n values of one row: into f32 (when not null) or rounded into row r, columns d0 … of `r16`. */
+void storeRow(const float* v, int n, float* f32, const Rounded16& r16, int64_t r, int d0) {
+    if (f32) std::copy(v, v + n, f32);
+    else narrowFromF32(v, r16.dtype == DTYPE_F16, static_cast<uint16_t*>(r16.data) + r * r16.ld + d0, n);
+}
+
+
 void validateScan(const char* op, int batch, int steps, int channels, int d_state) {
     // Messages are built only on failure: this runs on every decode step.
     if (batch < 0 || steps < 0 || channels < 0)
@@ -79,9 +86,9 @@ void scanTask(const ScanArgs& s, const ScanCheckpoints* ck, int b, int d0, int n
         }
         ssmStep<FixedN, L>(N, nd, delta, du, a, Bt, cur, next, nullptr);
         ssmReadout<FixedN, L>(N, nd, next, Ct, u, s.d_skip + d0, y);
-        float* out = s.out + r * C + d0;
 #pragma omp simd
-        for (int j = 0; j < nd; ++j) out[j] = y[j] * silu(z[j]);
+        for (int j = 0; j < nd; ++j) y[j] = y[j] * silu(z[j]);
+        storeRow(y, nd, s.out ? s.out + r * C + d0 : nullptr, s.out16, r, d0);
         std::swap(cur, next);  // ChannelMajor: both are hRow
     }
     if constexpr (L == StateLayout::Lanes) fromLanes(cur, N, nd, hRow);
@@ -93,12 +100,6 @@ void scanTaskFor(const ScanArgs& s, const ScanCheckpoints* ck, int b, int d0, in
         scanTask<16, L>(s, ck, b, d0, nd);
     else
         scanTask<0, L>(s, ck, b, d0, nd);
-}
-
-/** n values of one row: into f32 (when not null) or rounded into row r, columns d0 … of `r16`. */
-void storeRow(const float* v, int n, float* f32, const Rounded16& r16, int64_t r, int d0) {
-    if (f32) std::copy(v, v + n, f32);
-    else narrowFromF32(v, r16.dtype == DTYPE_F16, static_cast<uint16_t*>(r16.data) + r * r16.ld + d0, n);
 }
 
 /** The backward of one (batch row, channel block) task; see selectiveScanBackward for the outputs. */
@@ -228,6 +229,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
 
 void CpuBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) {
     validateScan("selectiveScan", s.batch, s.steps, s.channels, s.d_state);
+    checkScanOutputs(s);
     if (checkpoints && (checkpoints->chunk < 1 || checkpoints->data == nullptr))
         fail("selectiveScan: checkpoints need data and chunk >= 1 (chunk = " + std::to_string(checkpoints->chunk) + ")");
     if (dtProj) {

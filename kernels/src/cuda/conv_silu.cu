@@ -10,11 +10,20 @@
 //    run after every position has read the old one).
 #include "conv_step.cuh"
 #include "kernels.h"
+#include "lowp.cuh"
 
 namespace mamba::cuda {
 namespace {
 
 constexpr int kTile = 8;  // positions per thread in the parallel kernel
+
+/** u[r, d], and its rounded copy where one is asked for (ConvArgs::u16). */
+__device__ __forceinline__ void storeU(const ConvArgs& c, int64_t r, int d, float v) {
+    c.u[r * c.ldu + d] = v;
+    if (!c.u16.data) return;
+    if (c.u16.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(c.u16.data)[r * c.u16.ld + d] = toStorage<__nv_bfloat16>(v);
+    else static_cast<__half*>(c.u16.data)[r * c.u16.ld + d] = toStorage<__half>(v);
+}
 
 __global__ void convStepwiseKernel(ConvArgs c) {
     pdlWait();
@@ -37,7 +46,7 @@ __global__ void convStepwiseKernel(ConvArgs c) {
 #pragma unroll
         for (int k = 0; k < kConvMaxWidth; ++k)
             if (k == H) win[k] = xv;  // the newest tap (compile-time indices keep win in registers)
-        c.u[(row0 + t) * c.ldu + d] = convSiluStep(w, win, K, bias);
+        storeU(c, row0 + t, d, convSiluStep(w, win, K, bias));
 #pragma unroll
         for (int k = 0; k + 1 < kConvMaxWidth; ++k)
             if (k < H) win[k] = win[k + 1];
@@ -74,7 +83,7 @@ __global__ void convParallelKernel(ConvArgs c) {
                 acc += w[k] * v;
             }
         }
-        c.u[r * c.ldu + d] = siluf(acc);
+        storeU(c, r, d, siluf(acc));
     }
 }
 

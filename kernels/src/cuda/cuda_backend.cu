@@ -414,7 +414,7 @@ void CudaBackend::normLinearConv(const RmsNormArgs& norm, const Gemm& linear, co
     const int64_t rows = linear.rows, H = static_cast<int64_t>(conv.channels) * (conv.width - 1);
     const ConvEpilogue step{conv.w, conv.bias, conv.history, conv.u, conv.channels, conv.width};
     NormFusion kind = NormFusion::kNone;
-    if (rows == 1 && conv.steps == 1 && conv.batch == 1 && conv.x == linear.c &&
+    if (rows == 1 && conv.steps == 1 && conv.batch == 1 && conv.x == linear.c && !conv.u16.data &&
         disjoint(conv.u, conv.channels, linear.c, linear.w.out) && disjoint(conv.history, H, linear.c, linear.w.out) &&
         disjoint(conv.u, conv.channels, conv.history, H))
         kind = normFusion(norm, linear, &step);
@@ -455,6 +455,7 @@ void CudaBackend::fromLowPrecision(const void* src, int dtype, float* dst, int64
 
 void CudaBackend::convSilu(const ConvArgs& a) {
     Lock lock(mu_);
+    checkConvOutputs(a);
     enter();
     cuda::convSilu(nextExec(), a);
 }
@@ -505,6 +506,7 @@ bool CudaBackend::scanFusesDtProjection(const ScanArgs& s, const Gemm* dtProj, c
 
 void CudaBackend::selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* checkpoints) {
     Lock lock(mu_);
+    checkScanOutputs(s);
     if (dtProj) requireDtProjectionContract(s, *dtProj);
     enter();
     ScanPlan plan = planFor(s, checkpoints);

@@ -149,6 +149,8 @@ private:
     // gemm/gemm.cu (the lock is held)
     void runGemm(const Gemm& g);
     void gemmForward(const Exec& e, const Gemm& g);
+    /** A Forward product whose x came rounded (Gemm::a16). */
+    void gemmForwardRounded(const Exec& e, const Gemm& g);
     void gemmBackwardData(const Exec& e, const Gemm& g);
     void gemmWeightGrad(const Exec& e, const Gemm& g);
     /**

@@ -126,6 +126,13 @@ __device__ __forceinline__ float stepOutput(float (&h)[NS], const float (&a2)[NS
     return acc;
 }
 
+/** The gated output out[r, d]: f32, or rounded (ScanArgs::out16). */
+__device__ __forceinline__ void storeOut(const ScanArgs& s, int64_t r, int d, float v) {
+    if (s.out) s.out[r * s.channels + d] = v;
+    else if (s.out16.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(s.out16.data)[r * s.out16.ld + d] = toStorage<__nv_bfloat16>(v);
+    else static_cast<__half*>(s.out16.data)[r * s.out16.ld + d] = toStorage<__half>(v);
+}
+
 template <int NS, bool FUSE, bool CKPT, bool VEC>
 __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     const ScanArgs& s = k.s;
@@ -212,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
         float cv[NS];
         loadFloats<NS, VEC>(Bt + N + n0, cv, N - n0);
         const float acc = stepOutput(h, a2, delta, du, bv, cv, n0, N, S);
-        if (active && lane == 0) s.out[r * E + d] = (acc + dskip * u) * siluf(z);
+        if (active && lane == 0) storeOut(s, r, d, (acc + dskip * u) * siluf(z));
     }
     if (!active || k.mode == kChunkOutput) return;
 #pragma unroll
@@ -339,7 +346,7 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
         const float* tile = buffer(t);
         for (int e = tid; e < stepsOf(t) * per_block; e += COPIERS) {
             const int j = e / per_block, c = e % per_block;
-            if (d0 + c < E) s.out[(r0 + static_cast<int64_t>(t) * L + j) * E + d0 + c] = tile[j * W + c];
+            if (d0 + c < E) storeOut(s, r0 + static_cast<int64_t>(t) * L + j, d0 + c, tile[j * W + c]);
         }
     };
     // G steps at a time: every load of the group, then the G updates, then the G outputs (over Δ's slot, by every

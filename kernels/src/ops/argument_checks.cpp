@@ -60,4 +60,24 @@ void checkConvBackwardOutputs(const ConvBackwardArgs& c) {
     checkRoundedOutput("convSiluBackward: dx", c.dx, c.dx16, static_cast<int64_t>(c.batch) * c.steps, c.channels);
 }
 
+void checkScanOutputs(const ScanArgs& s) {
+    checkRoundedOutput("selectiveScan: out", s.out, s.out16, static_cast<int64_t>(s.batch) * s.steps, s.channels);
+}
+
+void checkConvOutputs(const ConvArgs& c) {
+    if (!c.u16.data) return;
+    checkRoundedOutput("convSilu: u16", nullptr, c.u16, static_cast<int64_t>(c.batch) * c.steps, c.channels);
+}
+
+void checkRoundedInput(const Gemm& g) {
+    if (!g.a16) return;
+    if (g.kind != GemmKind::Forward) fail("gemm: a rounded dy (a16) is taken by linearBackward only");
+    if (g.w.dtype != DTYPE_BF16 && g.w.dtype != DTYPE_F16)
+        fail("gemm (Forward): a rounded x (a16) needs BF16 or F16 weight storage, not dtype code " + std::to_string(g.w.dtype));
+    if (g.a) fail("gemm (Forward): a rounded x (a16) with an f32 x beside it");
+    if (g.keep16) fail("gemm (Forward): keep16 with an x that is already rounded (a16)");
+    if (g.rows > 1 && g.lda16 < g.w.in)
+        fail("gemm (Forward): lda16 = " + std::to_string(g.lda16) + " is less than the " + std::to_string(g.w.in) + " inputs");
+}
+
 }  // namespace mamba

@@ -57,9 +57,11 @@ struct Gemm {
     float beta;             // Forward/BackwardData only
     const float* bias;      // Forward: [out] or null
     float* dbias;           // WeightGrad: [out] or null
-    // BackwardData/WeightGrad through linearBackward only: dy already rounded to the weight's 2-byte type (BF16/F16
+    // BackwardData/WeightGrad through linearBackward: dy already rounded to the weight's 2-byte type (BF16/F16
     // storage), [rows, lda16]. The backend reads it instead of rounding `a` itself — a producer that rounds as it
     // writes (the LM loss's cross-entropy) saves the packing pass; `a` may then be null (no dbias).
+    // Forward (BF16/F16 weights): x given rounded the same way, [rows, lda16], `a` null; the product multiplies the
+    // rounded values (on every path: one that would not round x itself works on them widened to f32).
     const void* a16 = nullptr;
     int64_t lda16 = 0;
     // WeightGrad through linearBackward only: x already rounded to the weight's 2-byte type, [rows, ldb16] — e.g. the
@@ -97,6 +99,8 @@ struct Gemm {
         g.lda16 = lddy16;
         return g;
     }
+    /** The same forward product with x given rounded to the weight's 2-byte type (see a16) instead of in f32. */
+    Gemm withRoundedInput(const void* x16, int64_t ldx16) const { return withRoundedDy(x16, ldx16); }
     /** The same weight gradient with x given rounded to the weight's 2-byte type (see b16) instead of in f32. */
     Gemm withRoundedX(const void* x16, int64_t ldx16) const {
         Gemm g = *this;

@@ -1,6 +1,7 @@
 // Ops::linearBackward's default (the CPU's): the two products in sequence. Operands handed over rounded to the
 // weight's 2-byte type (Gemm::a16 / b16) are widened to f32 first — the values the products then see are the rounded
-// ones, which is what a backend that rounds operands itself (CUDA) multiplies as well.
+// ones, which is what a backend that rounds operands itself (CUDA) multiplies as well. Ops::gemmWidened does the same
+// for a Forward product's rounded x.
 #include "core/buffer.h"
 #include "ops/ops.h"
 
@@ -40,6 +41,19 @@ void Ops::linearBackward(const Gemm& dataGrad, const Gemm& weightGrad) {
     data.a16 = weight.a16 = weight.b16 = nullptr;  // (no rows: nothing to widen, nothing read)
     gemm(weight);
     gemm(data);
+}
+
+void Ops::gemmWidened(const Gemm& g) {
+    checkRoundedInput(g);
+    Gemm f = g;
+    f.a16 = nullptr;
+    std::optional<Buffer> x;
+    if (g.rows > 0) {
+        x.emplace(widened(*this, g.a16, g.lda16, g.rows, g.w.in, g.w.dtype));
+        f.a = x->data();
+        f.lda = g.lda16;
+    }
+    gemm(f);
 }
 
 }  // namespace mamba

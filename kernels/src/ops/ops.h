@@ -62,6 +62,18 @@ struct RmsNormBackwardArgs {
     float* dw;
 };
 
+/**
+ * An op's output written rounded to a 2-byte type (DTYPE_BF16/F16, round to nearest even) instead of in f32: for a
+ * gradient whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — the
+ * producer rounds as it writes, so no packing pass re-reads the f32 values. Row r of the output at data + r·ld
+ * elements. Unset (data null) means the f32 output.
+ */
+struct Rounded16 {
+    void* data = nullptr;
+    int64_t ld = 0;
+    int dtype = DTYPE_BF16;
+};
+
 /** Causal depthwise conv over T steps with carried history, then SiLU. */
 struct ConvArgs {
     const float* x;          // [B*T rows, ldx]: the conv branch of in_proj's output
@@ -73,18 +85,7 @@ struct ConvArgs {
     float* u;                // out: [B*T, ldu] = SiLU(conv)
     int64_t ldu;
     int batch, steps, channels, width;
-};
-
-/**
- * An op's output written rounded to a 2-byte type (DTYPE_BF16/F16, round to nearest even) instead of in f32: for a
- * gradient whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — the
- * producer rounds as it writes, so no packing pass re-reads the f32 values. Row r of the output at data + r·ld
- * elements. Unset (data null) means the f32 output.
- */
-struct Rounded16 {
-    void* data = nullptr;
-    int64_t ld = 0;
-    int dtype = DTYPE_BF16;
+    Rounded16 u16{};         // also u rounded, [B*T, u16.ld] (optional: the next product's x, the tape's copy)
 };
 
 /** Backward of convSilu. Recomputes the conv output from x and the starting history. */
@@ -124,8 +125,9 @@ struct ScanArgs {
     const float* d_skip;  // [channels]
     float* h;             // per row b: [channels, d_state]; read and rewritten
     int64_t h_stride;
-    float* out;           // [B*T, channels]: y · SiLU(z)
+    float* out;           // [B*T, channels]: y · SiLU(z); or null with out16
     int batch, steps, channels, d_state;
+    Rounded16 out16{};    // or the output rounded, [B*T, out16.ld] (the next product's x, the tape's copy)
     /**
      * One algorithm for every batch size and length (GemmMode::Deterministic): a backend may not pick a faster
      * layout or a chunked scan by shape, so a row's outputs do not depend on its batch and a prefill of T steps
@@ -408,6 +410,11 @@ public:
     // ---- products: the one dispatch point (gemm.h) ----
     virtual void gemm(const Gemm& g) = 0;
     /**
+     * A Forward product whose x came rounded (Gemm::a16) run as the f32 product of the widened values — for a backend
+     * or path that would not round x itself. Not virtual: a helper of gemm implementations.
+     */
+    void gemmWidened(const Gemm& g);
+    /**
      * Named fusion: a weight's two backward products over the same dy — `dataGrad` (BackwardData) and `weightGrad`
      * (WeightGrad): the same rows, dy, weight shape, storage type and mode. dataGrad's output may overlap neither dy
      * nor weightGrad's x. A backend may round dy (and x) to the weight's storage type once for both products.
@@ -546,5 +553,10 @@ void checkRoundedOutput(const char* what, const float* f32, const Rounded16& r, 
 void checkScanBackwardOutputs(const ScanBackwardArgs& s);
 /** checkRoundedOutput for the conv backward's dx. */
 void checkConvBackwardOutputs(const ConvBackwardArgs& c);
+/** checkRoundedOutput for the scan's out, and the optional u16 of a conv (BF16/F16, ld ≥ channels). */
+void checkScanOutputs(const ScanArgs& s);
+void checkConvOutputs(const ConvArgs& c);
+/** Checks a Forward product's rounded x (a16): BF16/F16 weight, no f32 x beside it, lda16 ≥ in, no keep16. */
+void checkRoundedInput(const Gemm& g);
 
 }  // namespace mamba

@@ -159,6 +159,48 @@ Prepared gemmForwardCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int6
 }
 
 /**
+ * A forward product whose x comes rounded to W's 2-byte type (Gemm::a16, as the tape's producers write it): y against
+ * the reference on the rounded x, and bit for bit the same product of the f32 x where the backend rounds x itself
+ * (Capabilities::rounds_backward_operands; elsewhere the f32 product of the widened values).
+ */
+Prepared gemmRoundedInputCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int out, int in, int64_t ld16,
+                              bool bias) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const std::vector<float> x = padded(rng, rows, in, in, -1, 1);
+    std::vector<uint16_t> x16(static_cast<size_t>(rows * ld16), 0xDEADu);
+    std::vector<float> xr(static_cast<size_t>(rows * in));  // the rounded values in f32
+    for (int64_t r = 0; r < rows; ++r)
+        for (int k = 0; k < in; ++k) {
+            x16[r * ld16 + k] = roundToHalf(x[r * in + k], dtype);
+            xr[r * in + k] = halfToFloat(x16[r * ld16 + k], dtype);
+        }
+    const Weight w = putWeight(*A, rng, out, in, dtype, 1.0 / std::sqrt(in), false);
+    const std::vector<float> b = uniform(rng, out, -0.5, 0.5), y0 = uniform(rng, rows * out, -1, 1);
+    const float* db = bias ? A->put(b) : nullptr;
+    const void* dx16 = A->putHalf(x16);
+    const float beta = bias ? 0.f : 1.f;
+    float* y = A->put(y0);
+    const Gemm g = Gemm::forward(mode, nullptr, in, rows, w.m, db, y, out, beta).withRoundedInput(dx16, ld16);
+    p.call = [&ops, g] { ops.gemm(g); };
+    const Vec want = ref::gemmForward(toDouble(xr), rows, w.stored, out, in, bias ? toDouble(b) : Vec{}, beta, toDouble(y0));
+    const bool rounds = ops.capabilities().rounds_backward_operands;
+    p.check = [=, &ops] {
+        const std::vector<float> got = A->get(y, rows * out);
+        // the same product of the f32 x (CUDA: rounded by the backend) or of the widened values (elsewhere)
+        float* yPlain = A->put(y0);
+        ops.gemm(Gemm::forward(mode, A->put(rounds ? x : xr), in, rows, w.m, db, yPlain, out, beta));
+        return std::vector<Compare>{nmax("y", got, want, gemmTol(dtype)),
+                                    bits(rounds ? "y = the product of the f32 x" : "y = the product of the widened x", got,
+                                         A->get(yPlain, rows * out))};
+    };
+    p.outputs = [=] { return Outputs{A->get(y, rows * out)}; };
+    p.flops = 2.0 * rows * out * in;
+    return p;
+}
+
+/**
  * A forward product that also leaves its x rounded to W's 2-byte type (Gemm::keep16) for the weight gradient: y bit for
  * bit the same product without keep16, and the kept values bit for bit x rounded to nearest even. Backends that do
  * not round their operands (no Capabilities::rounds_backward_operands) must refuse keep16 with invalid_argument.
@@ -814,7 +856,51 @@ ConvSetup convSetup(Rng& rng, int B, int T, int C, int K) {
     return s;
 }
 
-Prepared convSiluCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
+/** 2-byte values (bf16, or f16) widened to f32, e.g. for Outputs. */
+std::vector<float> widenAll(const std::vector<uint16_t>& v, int dtype) {
+    std::vector<float> f;
+    f.reserve(v.size());
+    for (uint16_t h : v) f.push_back(halfToFloat(h, dtype));
+    return f;
+}
+
+/** A 2-byte output [rows, ld] written by a call in place of an f32 one (Rounded16), and how its values are checked. */
+struct RoundedOut {
+    Rounded16 out;
+    int width;
+    /** Rows of width 2-byte values (the padding past width left alone), from a poisoned buffer. */
+    static RoundedOut poisoned(Arena* A, int64_t rows, int width, int dtype) {
+        const int64_t ld = width + 3;  // odd: rows start at any 2-byte offset
+        return RoundedOut{Rounded16{A->poisonedHalf(rows * ld), ld, dtype}, width};
+    }
+    /**
+     * The values against the reference (widened; bf16 8e-3, f16 2e-3 of the largest), bit for bit the rounding of
+     * `f32` (the same backend's f32 output of the same call), and the padding untouched.
+     */
+    std::vector<Compare> check(Arena* A, const std::string& what, int64_t rows, const Vec& want,
+                               const std::vector<float>& f32) const {
+        const std::vector<uint16_t> all = A->getHalf(out.data, rows * out.ld);
+        std::vector<uint16_t> got, rounded;
+        std::vector<float> widened;
+        Compare pad{what + "16.pad", "bits", 0, 0};
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t k = 0; k < out.ld; ++k) {
+                const uint16_t v = all[r * out.ld + k];
+                if (k >= width) {
+                    pad.err += v != 0xDEADu;
+                    continue;
+                }
+                got.push_back(v);
+                widened.push_back(halfToFloat(v, out.dtype));
+                rounded.push_back(roundToHalf(f32[r * width + k], out.dtype));
+            }
+        return {nmax(what + "16", widened, want, out.dtype == DTYPE_BF16 ? 8e-3 : 2e-3),
+                bits16(what + "16 = round(f32 " + what + ")", got, rounded), pad};
+    }
+};
+
+/** The conv against the double reference; with dtype16 BF16/F16 u is also written rounded (ConvArgs::u16). */
+Prepared convSiluCase(Ops& ops, uint64_t seed, int B, int T, int C, int K, int dtype16 = DTYPE_F32) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
@@ -822,16 +908,21 @@ Prepared convSiluCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
     const int64_t R = static_cast<int64_t>(B) * T, H = static_cast<int64_t>(C) * (K - 1);
     float* du = A->poisoned(R * s.ldu);
     float* dh = A->put(s.hist);
-    const ConvArgs a{A->put(s.x), s.ldx, A->put(s.w), A->put(s.bias), dh, s.hstride, du, s.ldu, B, T, C, K};
+    ConvArgs a{A->put(s.x), s.ldx, A->put(s.w), A->put(s.bias), dh, s.hstride, du, s.ldu, B, T, C, K};
+    const bool rounded = dtype16 != DTYPE_F32;
+    const RoundedOut u16 = RoundedOut::poisoned(A, R, C, dtype16);
+    if (rounded) a.u16 = u16.out;
     p.call = [&ops, a] { ops.convSilu(a); };
     const ref::ConvResult want = ref::convSilu(s.prob());
     std::vector<float> wantHist(want.history.begin(), want.history.end());  // copies of inputs: exact
     const int64_t ldu = s.ldu, hstride = s.hstride;
     p.check = [=] {
         const std::vector<float> gu = A->get(du, R * ldu), gh = A->get(dh, B * hstride);
-        return std::vector<Compare>{nmax("u", strip(gu, R, ldu, C), want.u, kTolConv), padding("u", gu, R, ldu, C),
-                                    bits("history", strip(gh, B, hstride, H), wantHist),
-                                    padding("history", gh, B, hstride, H)};
+        std::vector<Compare> c{nmax("u", strip(gu, R, ldu, C), want.u, kTolConv), padding("u", gu, R, ldu, C),
+                               bits("history", strip(gh, B, hstride, H), wantHist), padding("history", gh, B, hstride, H)};
+        if (rounded)  // the rounded copy of the call's own f32 u
+            for (const Compare& x : u16.check(A, "u", R, want.u, strip(gu, R, ldu, C))) c.push_back(x);
+        return c;
     };
     p.bytes = 4.0 * (2.0 * R * C + 2.0 * B * H);
     return p;
@@ -879,49 +970,6 @@ Prepared convSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int K) {
     };
     return p;
 }
-
-/** 2-byte values (bf16, or f16) widened to f32, e.g. for Outputs. */
-std::vector<float> widenAll(const std::vector<uint16_t>& v, int dtype) {
-    std::vector<float> f;
-    f.reserve(v.size());
-    for (uint16_t h : v) f.push_back(halfToFloat(h, dtype));
-    return f;
-}
-
-/** A 2-byte output [rows, ld] written by a call in place of an f32 one (Rounded16), and how its values are checked. */
-struct RoundedOut {
-    Rounded16 out;
-    int width;
-    /** Rows of width 2-byte values (the padding past width left alone), from a poisoned buffer. */
-    static RoundedOut poisoned(Arena* A, int64_t rows, int width, int dtype) {
-        const int64_t ld = width + 3;  // odd: rows start at any 2-byte offset
-        return RoundedOut{Rounded16{A->poisonedHalf(rows * ld), ld, dtype}, width};
-    }
-    /**
-     * The values against the reference (widened; bf16 8e-3, f16 2e-3 of the largest), bit for bit the rounding of
-     * `f32` (the same backend's f32 output of the same call), and the padding untouched.
-     */
-    std::vector<Compare> check(Arena* A, const std::string& what, int64_t rows, const Vec& want,
-                               const std::vector<float>& f32) const {
-        const std::vector<uint16_t> all = A->getHalf(out.data, rows * out.ld);
-        std::vector<uint16_t> got, rounded;
-        std::vector<float> widened;
-        Compare pad{what + "16.pad", "bits", 0, 0};
-        for (int64_t r = 0; r < rows; ++r)
-            for (int64_t k = 0; k < out.ld; ++k) {
-                const uint16_t v = all[r * out.ld + k];
-                if (k >= width) {
-                    pad.err += v != 0xDEADu;
-                    continue;
-                }
-                got.push_back(v);
-                widened.push_back(halfToFloat(v, out.dtype));
-                rounded.push_back(roundToHalf(f32[r * width + k], out.dtype));
-            }
-        return {nmax(what + "16", widened, want, out.dtype == DTYPE_BF16 ? 8e-3 : 2e-3),
-                bits16(what + "16 = round(f32 " + what + ")", got, rounded), pad};
-    }
-};
 
 /** The conv backward against the double reference; with dtype16 BF16/F16, dx written rounded (Rounded16). */
 Prepared convSiluBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int K, int dtype16 = DTYPE_F32) {
@@ -1151,6 +1199,45 @@ Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj
     // dt, u, z, B, C, out per step and channel; h in and out.
     p.bytes = 4.0 * (R * (4.0 * C + 2.0 * N) + 2.0 * B * hn);
     p.flops = 0;
+    return p;
+}
+
+/**
+ * The scan writing its output rounded (ScanArgs::out16, as Mamba-1's rounded tape asks, with checkpoints when chunk > 0):
+ * the values against the double reference, and bit for bit the rounding of the same backend's f32 output of the same
+ * call (from the same starting state); the state and checkpoints as the f32 call leaves them.
+ */
+Prepared scanRoundedCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk, int dtype16) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32, false, 4);
+    const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
+    const int chunks = chunk > 0 ? (T + chunk - 1) / chunk : 0;
+    const int64_t ck_n = static_cast<int64_t>(B) * chunks * hn;
+    const float* xz = A->put(s.xz);
+    ScanArgs a{A->put(s.dt), A->put(s.a), A->put(s.xdbl), s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
+               A->put(s.h0), s.hstride, nullptr, B, T, C, N};
+    const RoundedOut out16 = RoundedOut::poisoned(A, R, C, dtype16);
+    a.out16 = out16.out;
+    const ScanCheckpoints ck{chunk > 0 ? A->poisoned(ck_n) : nullptr, chunk};
+    p.call = [&ops, a, ck] { ops.selectiveScan(a, nullptr, ck.chunk > 0 ? &ck : nullptr); };
+    const ref::ScanResult want = ref::selectiveScan(s.prob);
+    const int64_t hstride = s.hstride;
+    p.check = [=, &ops] {
+        ScanArgs f32 = a;  // the same call with the f32 output
+        f32.out16 = Rounded16{};
+        f32.out = A->poisoned(R * C);
+        f32.h = A->put(s.h0);
+        const ScanCheckpoints ck32{chunk > 0 ? A->poisoned(ck_n) : nullptr, chunk};
+        ops.selectiveScan(f32, nullptr, chunk > 0 ? &ck32 : nullptr);
+        std::vector<Compare> c = out16.check(A, "out", R, want.out, A->get(f32.out, R * C));
+        c.push_back(bits("h = the f32 call's", A->get(a.h, B * hstride), A->get(f32.h, B * hstride)));
+        if (chunk > 0) c.push_back(bits("ckpt = the f32 call's", A->get(ck.data, ck_n), A->get(ck32.data, ck_n)));
+        return c;
+    };
+    p.outputs = [=] { return Outputs{widenAll(A->getHalf(out16.out.data, R * out16.out.ld), dtype16)}; };
+    p.bytes = 4.0 * (R * (4.0 * C + 2.0 * N) + 2.0 * B * hn) - 2.0 * R * C;
     return p;
 }
 
@@ -2026,6 +2113,16 @@ std::vector<Case> allCases() {
             add("gemm.forward", "rows=9 out=24 in=1000 nobias beta=1", dtype, modeName(mode), lowp(dtype), false,
                 [=](Ops& o, uint64_t s) { return gemmForwardCase(o, s, mode, dtype, 9, 24, 1000, false, 1.f, false); });
         }
+    // Forward products given their x rounded (Gemm::a16): cuBLAS reads it in place (ld16 = in, a multiple of 8) or copies
+    // it (ld16 = in + 3); a few rows (the gemv) and the deterministic tier take it widened
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        for (GemmMode mode : {GemmMode::Reproducible, GemmMode::Deterministic})
+            for (auto [rows, in, ld16] : {std::array<int, 3>{131, 72, 72}, {131, 75, 78}, {3, 72, 72}})
+                add("gemm.forward", format("rows=%d out=200 in=%d ld16=%d rounded x (a16)%s", rows, in, ld16,
+                                           rows == 3 ? " bias" : ""),
+                    dtype, modeName(mode), NEED_LOWP, false, [=](Ops& o, uint64_t s) {
+                        return gemmRoundedInputCase(o, s, mode, dtype, rows, 200, in, ld16, rows == 3);
+                    });
     // Forward products that keep their rounded x for the weight gradient (Gemm::keep16): the cuBLAS path packs into
     // it (in % 8 == 0) or copies its packed chunk there (in = 75); the deterministic tier rounds x a second time.
     for (int dtype : {DTYPE_BF16, DTYPE_F16})
@@ -2255,6 +2352,10 @@ std::vector<Case> allCases() {
     for (int K : {3, 8})  // the other compile-time widths of the CUDA kernel (two tiles of steps)
         add("convSiluBackward", format("B=2 T=64 C=72 K=%d ld+", K), DTYPE_F32, "-", NEED_TRAINING, false,
             [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, 64, 72, K); });
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})  // u also written rounded (x_proj's x in Mamba-1's rounded tape)
+        for (int T : {1, 70})  // the stepwise and the parallel kernel
+            add("convSilu", format("B=2 T=%d C=72 K=4 u16", T), dtype, "-", NEED_LOWP, false,
+                [=](Ops& o, uint64_t s) { return convSiluCase(o, s, 2, T, 72, 4, dtype); });
     for (int dtype : {DTYPE_BF16, DTYPE_F16})  // dx written rounded (in_proj's dy where its products round it)
         add("convSiluBackward", "B=2 T=70 C=72 K=4 dx16", dtype, "-", NEED_TRAINING, false,
             [=](Ops& o, uint64_t s) { return convSiluBackwardCase(o, s, 2, 70, 72, 4, dtype); });
@@ -2289,6 +2390,14 @@ std::vector<Case> allCases() {
         add("selectiveScanBackward", format("B=2 T=203 C=72 N=16 ckpt/%d aligned rows", ck), DTYPE_F32, "-", NEED_TRAINING,
             false, [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 203, 72, 16, ck, false, true); });
     }
+    // the output written rounded (Mamba-1's rounded tape): the training forward (checkpoints) and a plain scan
+    for (int dtype : {DTYPE_BF16, DTYPE_F16})
+        for (auto [T, ck] : {std::array<int, 2>{203, 16}, {64, 0}})
+            add("selectiveScan", format("B=2 T=%d C=72 N=16 %s out16", T, ck ? "ckpt/16" : "nockpt"), dtype, "-",
+                NEED_LOWP | (ck ? NEED_TRAINING : NEED_NONE), false,
+                [=](Ops& o, uint64_t s) { return scanRoundedCase(o, s, 2, T, 72, 16, ck, dtype); });
+    add("selectiveScan", "B=8 T=2048 C=1536 N=16 ckpt/16 out16", DTYPE_BF16, "-", NEED_TRAINING | NEED_LOWP, true,
+        [=](Ops& o, uint64_t s) { return scanRoundedCase(o, s, 8, 2048, 1536, 16, 16, DTYPE_BF16); });
     for (int T : {7, 40, 200, 203})  // below and above the staged walk's 16 steps, the wide layout's 32, the chunked scan's minimum
         add("det.steps.selectiveScan", format("B=3 T=%d C=72 N=16 shape-independent: = T steps = row alone", T), DTYPE_F32,
             "det", NEED_NONE, false, [=](Ops& o, uint64_t s) { return scanShapeIndependentCase(o, s, 3, T, 72, 16); });

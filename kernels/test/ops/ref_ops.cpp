@@ -76,6 +76,7 @@ public:
     }
 
     void gemm(const Gemm& g) override {
+        if (g.a16 && g.kind == GemmKind::Forward) return gemmWidened(g);
         // (no rounded operands here: Ops::linearBackward widens a16 / b16 before it calls gemm)
         if (g.a16 || g.b16 || g.keep16) throw std::invalid_argument("refops: rounded operands are not taken");
         const int out = g.w.out, in = g.w.in;
@@ -145,6 +146,7 @@ public:
     }
 
     void convSilu(const ConvArgs& c) override {
+        checkConvOutputs(c);
         const int K = c.width, H = K - 1;
         std::vector<float> next(static_cast<size_t>(std::max(H, 1)));
         for (int b = 0; b < c.batch; ++b)
@@ -154,7 +156,9 @@ public:
                 for (int t = 0; t < c.steps; ++t) {
                     float acc = c.bias[d];
                     for (int k = 0; k < K; ++k) acc += c.w[static_cast<int64_t>(d) * K + k] * in(t - H + k);
-                    c.u[(static_cast<int64_t>(b) * c.steps + t) * c.ldu + d] = siluf(acc);
+                    const int64_t r = static_cast<int64_t>(b) * c.steps + t;
+                    c.u[r * c.ldu + d] = siluf(acc);
+                    if (c.u16.data) store(nullptr, 0, c.u16, r, d, c.u[r * c.ldu + d]);
                 }
                 for (int i = 0; i < H; ++i) next[i] = in(c.steps - H + i);
                 for (int i = 0; i < H; ++i) hist[i] = next[i];
@@ -162,6 +166,7 @@ public:
     }
 
     void selectiveScan(const ScanArgs& s, const Gemm* dtProj, const ScanCheckpoints* ck) override {
+        checkScanOutputs(s);
         if (dtProj) gemm(*dtProj);
         const int T = s.steps, C = s.channels, N = s.d_state;
         const int chunks = ck ? (T + ck->chunk - 1) / ck->chunk : 0;
@@ -178,7 +183,7 @@ public:
                         h[n] = std::exp(delta * s.a[static_cast<int64_t>(d) * N + n]) * h[n] + delta * u * s.bc[r * s.ldbc + n];
                         y += h[n] * s.bc[r * s.ldbc + N + n];
                     }
-                    s.out[r * C + d] = y * siluf(s.z[r * s.ldz + d]);
+                    store(s.out, C, s.out16, r, d, y * siluf(s.z[r * s.ldz + d]));
                 }
             }
     }

@@ -20,7 +20,7 @@ struct Mamba1Buffers final : LayerBuffers {
     Buffer gated;        // y · SiLU(z)                      [d_inner]
     Buffer checkpoints;  // tape: h before every kScanChunk steps
     // BufferUse::TapeRounded: the products' inputs as they rounded them (2-byte values, dense rows), read by the
-    // weight gradients. normed and gated are then only the forward's (in the backward scratch), not the tape's.
+    // weight gradients. normed is then only the forward's (in the backward scratch), gated is not written in f32.
     bool rounded = false;
     Buffer normed16;     // [d_model]
     Buffer u16;          // [d_inner]
@@ -67,35 +67,38 @@ void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     const int D = d_.d_model, E = d_.d_inner;
     float* conv_hist = c.state;              // row b at + b·state_stride
     float* ssm = c.state + d_.conv_state;
-    // A rounded tape keeps the products' inputs as they rounded them; normed and gated then live in the scratch.
+    // A rounded tape keeps the products' inputs as they rounded them: in_proj's product leaves normed rounded, the conv
+    // writes u also rounded and the scan writes the gated output only rounded, and x_proj and out_proj take those
+    // (no packing pass). normed then lives in the scratch.
     const bool rounded = tape && b.rounded;
     float* normed = rounded ? cast(*c.scratch).normed.data() : b.normed.data();
-    float* gated = rounded ? cast(*c.scratch).gated.data() : b.gated.data();
-    auto product = [&](const Gemm& g, Buffer& keep) { return rounded ? g.keepingRoundedX(keep.data()) : g; };
+    const Gemm inProj = Gemm::forward(c.mode, normed, D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f);
 
     // [x | z] = in_proj(RMSNorm(h)), then u = SiLU(conv1d(x)) with the history carried: a named fusion, a backend
     // may normalise inside the product and (decode) run the conv step in its epilogue.
+    ConvArgs conv{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
+                  c.B, c.T, E, d_.d_conv};
+    if (rounded) conv.u16 = Rounded16{b.u16.data(), E, w.matrix(L.x_proj).dtype};
     ops.normLinearConv(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, normed, D},
-                       product(Gemm::forward(c.mode, normed, D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f),
-                               b.normed16),
-                       ConvArgs{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
-                                c.B, c.T, E, d_.d_conv});
+                       rounded ? inProj.keepingRoundedX(b.normed16.data()) : inProj, conv);
 
     // [δ | B | C] = x_proj(u)
-    ops.gemm(product(Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f),
-                     b.u16));
+    const Gemm xProj = Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f);
+    ops.gemm(rounded ? xProj.withRoundedInput(b.u16.data(), E) : xProj);
 
     // Δ = dt_proj(δ) (fused into the scan where a backend can), then the scan, D skip and the SiLU(z) gate.
     const Gemm dtProj = Gemm::forward(c.mode, b.xdbl.data(), d_.xdbl, R, w.matrix(L.dt_w), w.vec(L.dt_b), b.dt.data(),
                                       E, 0.f);
     ScanArgs scan{b.dt.data(), negA(w, c.layer), b.xdbl.data() + d_.dt_rank, d_.xdbl, b.u.data(), b.xz.data() + E,
-                  2 * E, w.vec(L.d), ssm, c.state_stride, gated, c.B, c.T, E, d_.d_state};
+                  2 * E, w.vec(L.d), ssm, c.state_stride, rounded ? nullptr : b.gated.data(), c.B, c.T, E, d_.d_state};
+    if (rounded) scan.out16 = Rounded16{b.gated16.data(), E, w.matrix(L.out_proj).dtype};
     scan.shape_independent = c.mode == GemmMode::Deterministic;
     const ScanCheckpoints ckpt{b.checkpoints.data(), kScanChunk};
     ops.selectiveScan(scan, &dtProj, tape ? &ckpt : nullptr);
 
     // h += out_proj(gated)
-    ops.gemm(product(Gemm::forward(c.mode, gated, E, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f), b.gated16));
+    const Gemm outProj = Gemm::forward(c.mode, b.gated.data(), E, R, w.matrix(L.out_proj), nullptr, c.resid, D, 1.f);
+    ops.gemm(rounded ? outProj.withRoundedInput(b.gated16.data(), E) : outProj);
 }
 
 void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& master, const LayerCall& c,

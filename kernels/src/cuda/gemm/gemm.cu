@@ -127,7 +127,8 @@ const void* forwardStorage(const Matrix& w, const char* op) {
 void CudaBackend::gemm(const Gemm& g) {
     Lock lock(mu_);
     enter();
-    runGemm(g);
+    if (g.a16 && g.kind == GemmKind::Forward) gemmForwardRounded(nextExec(), g);
+    else runGemm(g);
 }
 
 void CudaBackend::runGemm(const Gemm& g) {
@@ -258,6 +259,61 @@ bool readsInPlace(const void* p, int64_t ld, int width) {
 /** A rounded operand's floats, for the overlap tests (2-byte values span half as many). */
 int64_t span16(int64_t rows, int64_t ld, int64_t cols) { return (span(rows, ld, cols) + 1) / 2; }
 }  // namespace
+
+void CudaBackend::gemmForwardRounded(const Exec& e, const Gemm& g) {
+    checkRoundedInput(g);
+    Gemm stand_in = g;  // validate() sees the rounded rows where x would be (never read as f32)
+    stand_in.a = static_cast<const float*>(g.a16);
+    stand_in.lda = g.lda16;
+    stand_in.a16 = nullptr;
+    validate(stand_in);
+    const Matrix& w = g.w;
+    const void* wp = forwardStorage(w, "gemm (Forward)");
+    if (g.rows == 0 || w.out == 0) return;
+    const int in = w.in;
+    if (g.mode == GemmMode::Deterministic || g.rows <= fastGemvMaxRows(w.dtype)) {
+        // The paths that read x in f32 (gemv, the tensor-core tier): the rounded rows widened into the pack workspace,
+        // a chunk of rows at a time (each row's result depends on its own row alone on these paths).
+        const int64_t room = static_cast<int64_t>(kPackWorkspaceMaxBytes / sizeof(float));
+        const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(g.rows, (room - in) / std::max<int64_t>(g.lda16, 1) + 1));
+        for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
+            const int64_t n = std::min(chunk, g.rows - r0), floats = (n - 1) * g.lda16 + in;
+            float* x = static_cast<float*>(packWorkspace(static_cast<size_t>(floats) * sizeof(float)));
+            fromLowp(e, static_cast<const char*>(g.a16) + r0 * g.lda16 * 2, w.dtype, x, floats);
+            Gemm part = g;
+            part.a16 = nullptr;
+            part.a = x;
+            part.lda = g.lda16;
+            part.rows = n;
+            part.c = g.c + r0 * g.ldc;
+            gemmForward(e, part);
+        }
+        return;
+    }
+    // cuBLAS: the rounded rows read in place where they are laid out as packed rows are, else copied there; the chunks
+    // of rows are packedRowsGemm's, so the product is the one of the f32 rows they stand for, bit for bit
+    const cublasHandle h = blas();
+    void* packed = lowpWorkspace();
+    float beta = g.beta;
+    if (g.bias) {
+        biasInit(e, g.c, g.ldc, g.rows, w.out, g.bias, beta);
+        beta = 1.f;
+    }
+    setMath(g.mode == GemmMode::Pedantic ? kCublasPedanticMath : kCublasDefaultMath);
+    const LowpOperand x{nullptr, g.lda16, g.a16, readsInPlace(g.a16, g.lda16, in) ? nullptr : packed};
+    const cudaDataType type = lowpType(w.dtype);
+    const float one = 1.f;
+    const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(lowp_ws_bytes_ / 2) / std::max(in, 1));
+    for (int64_t r0 = 0; r0 < g.rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, g.rows - r0);
+        int ldx = 0;
+        const void* xc = x.chunk(e, r0, n, in, w.dtype, &ldx);
+        checkCublas(cublas().gemmEx(h, kCublasOpT, kCublasOpN, w.out, static_cast<int>(n), in, &one, wp, type, in, xc,
+                                    type, ldx, &beta, g.c + r0 * g.ldc, CUDA_R_32F, toInt(g.ldc, "gemm (Forward)", "ldc"),
+                                    kCublasCompute32F, kCublasGemmDefault),
+                    "cublasGemmEx");
+    }
+}
 
 const void* CudaBackend::LowpOperand::chunk(const Exec& e, int64_t r0, int64_t n, int width, int dtype,
                                             int* ld_out) const {
