@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 // summed down its columns, cost 16 shared-memory wavefronts per warp-step against 9 here.)
 constexpr int kPiece = 16;  // the longest chunk this kernel walks; longer ones go to the general kernel
 constexpr int kQuad = 4;    // steps per table fill = lanes per channel (lane q takes step q)
-constexpr int kBackward16MinBlocks = 4;
+constexpr int kBackward16MinBlocks = 3;
 
 /** One chunk's inputs in shared memory: dt, u, dout, z as [kPiece][32 channels], then the row's [kPiece][B_t | C_t]. */
 struct Stage16 {
@@ -505,10 +505,10 @@ struct Stage16 {
 
 /**
  * Floats of the d_state-16 kernel's shared memory: the chunk's states, the Δ cache, the dB/dC table and two stages
- * (56 KB: 4 blocks per SM on Hopper, with ≤ 128 registers).
+ * (58 KB: 3 blocks per SM).
  */
 constexpr int64_t backward16SmemFloats() {
-    return kPiece * 4 * kThreads + kPiece * kFullChannels + kQuad * kWarps * 32 + 2 * Stage16::kFloats;
+    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + kQuad * kWarps * 32 + 2 * Stage16::kFloats;
 }
 
 /**
@@ -585,8 +585,8 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int ch = tid / kQuad;                                          // the channel within the block
     const int lane0 = (tid % 32) & ~(kQuad - 1);                         // its first lane in the warp
     const int d0 = p.chb * C;                                            // the block's first channel
-    float4* hist = smem4;                                                // [kPiece][kThreads]: the chunk's states
-    float* dcache = reinterpret_cast<float*>(hist + kPiece * kThreads);  // [kPiece][C]: Δ
+    float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the chunk's states
+    float* dcache = reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads);  // [kPiece][C]: Δ
     float* table = dcache + kPiece * C;                                  // [kQuad][kWarps][2N]: dB_t / dC_t per warp
     float* const stage0 = table + kQuad * kWarps * 2 * N;              // two Stage16s: chunk c in stage c % 2
     auto stageOf = [&](int c) { return Stage16{stage0 + (c & 1) * Stage16::kFloats}; };
@@ -630,8 +630,9 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
         const Stage16 st = stageOf(c);
 
         // 1. re-run the chunk from its checkpoint: loads of 4 steps first, then lane q's softplus of step q (and u)
-        // handed round; hist[j] = the state after step ta + j (the one before the chunk stays in ck4)
+        // handed round; hist[j + 1] = the state after step ta + j
         float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
+        hist[tid] = ck4;
         for (int g0 = 0; g0 < len; g0 += kQuad) {
             const int cnt = min(kQuad, len - g0);
             float my_delta = 0.f, my_u = 0.f;
@@ -649,7 +650,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                     const float bv[NS] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
                     for (int i = 0; i < NS; ++i) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
-                    hist[(g0 + q) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
+                    hist[(g0 + q + 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
                 }
             }
         }
@@ -658,7 +659,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
         // 2. the walk back
         float hn[NS];  // h_t of the step being walked: the state after it
         {
-            const float4 v = hist[(len - 1) * kThreads + tid];
+            const float4 v = hist[len * kThreads + tid];
             hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
         }
         for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad) {
@@ -679,7 +680,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
                 float hp[NS], bv[NS], cv[NS];
                 {
-                    const float4 v = t > 0 ? hist[(t - 1) * kThreads + tid] : ck4;  // h_{t−1}
+                    const float4 v = hist[t * kThreads + tid];  // h_{t−1}
                     hp[0] = v.x, hp[1] = v.y, hp[2] = v.z, hp[3] = v.w;
                     const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + p.n0);
                     const float4 c4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + N + p.n0);
@@ -835,7 +836,7 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     if (smem > 48 * 1024) {
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
               "cudaFuncSetAttribute (scan backward)");
-        // all of the SM's shared memory as such: the d_state-16 kernel's 56 KB fit 4 blocks only so
+        // all of the SM's shared memory as such: the d_state-16 kernel's 72 KB fit 3 blocks only so
         check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
               "cudaFuncSetAttribute (scan backward carveout)");
     }
