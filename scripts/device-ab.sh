@@ -10,7 +10,8 @@
 #   here:   scripts/device-ab.sh optest [COMMIT]   an sm_90-only op test of COMMIT (default HEAD) as
 #                                               .device/base/op_test-SHORT.xz (~2.4 MB; SHORT = 7 hex digits), so one
 #                                               carry holds the bundle, the base and op tests of several commits
-#   device: bash scripts/device-ab.sh run-optest SHORT --backend cuda …   (OpenBLAS from the bundle: run.sh first)
+#   device: bash scripts/device-ab.sh run-optest SHORT --backend cuda …   (OpenBLAS from .device-ops/oblas.txz when
+#           carried, else from the bundle: run.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
@@ -41,8 +42,11 @@ case ${1:-} in
   run-optest)
     short=${2:?usage: device-ab.sh run-optest SHORT ARGS…}; shift 2
     N=/tmp/mamba4j-bundle
-    [ -f "$N/.stamp" ] || { echo "device-ab: run .device/run.sh once first (it unpacks the bundle)" >&2; exit 2; }
     mkdir -p /tmp/ab-oblas
+    # OpenBLAS from .device-ops (device-bundle.sh packs it) when carried, else from the unpacked bundle
+    if [ -z "$(ls /tmp/ab-oblas)" ] && [ -f .device-ops/oblas.txz ]; then xz -dc .device-ops/oblas.txz | tar xf - -C /tmp/ab-oblas; fi
+    [ -n "$(ls /tmp/ab-oblas)" ] || [ -f "$N/.stamp" ] ||
+      { echo "device-ab: carry .device-ops/oblas.txz or run .device/run.sh once first (it unpacks the bundle)" >&2; exit 2; }
     [ -x /tmp/ab-op_test-$short ] ||
       { xz -dc .device/base/op_test-$short.xz > /tmp/ab-op_test-$short && chmod +x /tmp/ab-op_test-$short; }
     [ -n "$(ls /tmp/ab-oblas)" ] || (cd /tmp/ab-oblas && python3 - "$N"/lib/openblas-*-linux-x86_64.jar <<'PY'

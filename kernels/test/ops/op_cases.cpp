@@ -160,8 +160,9 @@ Prepared gemmForwardCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int6
 
 /**
  * A forward product whose x comes rounded to W's 2-byte type (Gemm::a16, as the tape's producers write it): y against
- * the reference on the rounded x, and bit for bit the same product of the f32 x where the backend rounds x itself
- * (Capabilities::rounds_backward_operands; elsewhere the f32 product of the widened values).
+ * the reference on the rounded x, and bit for bit the same product of the widened values in f32 — on every path: one
+ * that rounds x itself (CUDA's cuBLAS path, the tensor-core tier) rounds them to themselves, one that does not (the
+ * gemv, the CPU) multiplies them as they are.
  */
 Prepared gemmRoundedInputCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, int64_t rows, int out, int in, int64_t ld16,
                               bool bias) {
@@ -185,15 +186,12 @@ Prepared gemmRoundedInputCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype,
     const Gemm g = Gemm::forward(mode, nullptr, in, rows, w.m, db, y, out, beta).withRoundedInput(dx16, ld16);
     p.call = [&ops, g] { ops.gemm(g); };
     const Vec want = ref::gemmForward(toDouble(xr), rows, w.stored, out, in, bias ? toDouble(b) : Vec{}, beta, toDouble(y0));
-    const bool rounds = ops.capabilities().rounds_backward_operands;
     p.check = [=, &ops] {
         const std::vector<float> got = A->get(y, rows * out);
-        // the same product of the f32 x (CUDA: rounded by the backend) or of the widened values (elsewhere)
         float* yPlain = A->put(y0);
-        ops.gemm(Gemm::forward(mode, A->put(rounds ? x : xr), in, rows, w.m, db, yPlain, out, beta));
+        ops.gemm(Gemm::forward(mode, A->put(xr), in, rows, w.m, db, yPlain, out, beta));
         return std::vector<Compare>{nmax("y", got, want, gemmTol(dtype)),
-                                    bits(rounds ? "y = the product of the f32 x" : "y = the product of the widened x", got,
-                                         A->get(yPlain, rows * out))};
+                                    bits("y = the product of the widened x", got, A->get(yPlain, rows * out))};
     };
     p.outputs = [=] { return Outputs{A->get(y, rows * out)}; };
     p.flops = 2.0 * rows * out * in;
@@ -2288,13 +2286,16 @@ std::vector<Case> allCases() {
                     modeName(mode), lowp(dtype), true,
                     [=](Ops& o, uint64_t s) { return normLinearCase(o, s, mode, dtype, rows, 768, 3072, false, true); });
         }
-    for (int64_t rows : {1, 7, 64})
+    for (int64_t rows : {1, 7, 64, 100})  // CUDA: 32 rows per block, the last one short at 100
         for (int d : {96, 1000})
             for (float beta : {0.f, 1.f})
                 add("rmsnormBackward", format("rows=%lld d=%d beta=%g ld+", static_cast<long long>(rows), d, beta), DTYPE_F32, "-",
                     NEED_TRAINING, false, [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, rows, d, beta, false); });
     add("rmsnormBackward", "rows=8 d=96 beta=0 ld+ tiny rows", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 8, 96, 0.f, true); });
+    for (int d : {768, 2048})  // the 130m and 1.3b training shapes (B 8 × T 2,048 rows; timing)
+        add("rmsnormBackward", format("rows=16384 d=%d beta=1 ld+", d), DTYPE_F32, "-", NEED_TRAINING, true,
+            [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 16384, d, 1.f, false); });
 
     // ---- embed, negExp, 16-bit conversions ----
     for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
