@@ -20,9 +20,7 @@ constexpr int kTile = 8;  // positions per thread in the parallel kernel
 /** u[r, d], and its rounded copy where one is asked for (ConvArgs::u16). */
 __device__ __forceinline__ void storeU(const ConvArgs& c, int64_t r, int d, float v) {
     c.u[r * c.ldu + d] = v;
-    if (!c.u16.data) return;
-    if (c.u16.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(c.u16.data)[r * c.u16.ld + d] = toStorage<__nv_bfloat16>(v);
-    else static_cast<__half*>(c.u16.data)[r * c.u16.ld + d] = toStorage<__half>(v);
+    if (c.u16.data) storeRounded(c.u16, r, d, v);
 }
 
 __global__ void convStepwiseKernel(ConvArgs c) {

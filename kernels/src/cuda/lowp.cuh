@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "ops/ops.h"
+
 namespace mamba::cuda {
 
 /** Elements of storage type W in one 16-byte chunk (4 for f32, 8 for bf16/f16). */
@@ -78,6 +80,12 @@ template <>
 __device__ __forceinline__ uint32_t packPair<__half>(float lo, float hi) {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+/** v rounded into element (r, c) of a Rounded16 output (ops/ops.h), in its 2-byte type. */
+__device__ __forceinline__ void storeRounded(const Rounded16& out, int64_t r, int64_t c, float v) {
+    if (out.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(out.data)[r * out.ld + c] = toStorage<__nv_bfloat16>(v);
+    else static_cast<__half*>(out.data)[r * out.ld + c] = toStorage<__half>(v);
 }
 
 }  // namespace mamba::cuda

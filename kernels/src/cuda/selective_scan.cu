@@ -129,8 +129,7 @@ __device__ __forceinline__ float stepOutput(float (&h)[NS], const float (&a2)[NS
 /** The gated output out[r, d]: f32, or rounded (ScanArgs::out16). */
 __device__ __forceinline__ void storeOut(const ScanArgs& s, int64_t r, int d, float v) {
     if (s.out) s.out[r * s.channels + d] = v;
-    else if (s.out16.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(s.out16.data)[r * s.out16.ld + d] = toStorage<__nv_bfloat16>(v);
-    else static_cast<__half*>(s.out16.data)[r * s.out16.ld + d] = toStorage<__half>(v);
+    else storeRounded(s.out16, r, d, v);
 }
 
 template <int NS, bool FUSE, bool CKPT, bool VEC>

@@ -264,8 +264,7 @@ __device__ __forceinline__ void stepBack(float (&G)[NS], float (&gA)[NS], const 
 /** A gradient element into its f32 output, or rounded into its 2-byte one (Rounded16). */
 __device__ __forceinline__ void storeGrad(float* f32, int64_t ld, const Rounded16& r16, int64_t r, int d, float v) {
     if (f32) f32[r * ld + d] = v;
-    else if (r16.dtype == DTYPE_BF16) static_cast<__nv_bfloat16*>(r16.data)[r * r16.ld + d] = toStorage<__nv_bfloat16>(v);
-    else static_cast<__half*>(r16.data)[r * r16.ld + d] = toStorage<__half>(v);
+    else storeRounded(r16, r, d, v);
 }
 
 /**
