@@ -482,9 +482,12 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 // memory busy; staged, every block has its next chunk's 10 KB in flight while it computes.
 // A channel's per-step scalar work (the softplus, the gate's values, the du / ddt / dz stores) is done by one of its
 // lanes per step: lane q takes step q of every 4, handing Δ, u and dy round by shuffles or shared memory.
+// The walk takes 4 steps (a quad) at a time: first the chain G ← (G + dy·C)·Ā through them, keeping what each step
+// leaves for sums; then those sums, four steps side by side (a step's own reductions in a row were chains of dependent
+// shuffles that stalled the warp). du's, dΔ's and y's sums over a channel's lanes: quadSums (lane q gets step q's).
 // dB_t, dC_t: a step's 4 + 4 terms per lane are halved over the warp's 8 channels (halveOverChannels: 7 shuffles, each
-// lane left with one of the 32 sums), written to a table [4 steps][4 warps][2N]; after every 4 steps of the walk,
-// thread k adds its value over the 4 warps in order. (A table of every lane's terms, [4 steps][32 channels][2N],
+// lane left with one of the 32 sums), written to a table [4 steps][4 warps][2N] (two of them, alternating by quad, so
+// one barrier per quad suffices); then thread k adds its value over the 4 warps in order. (A table of every lane's terms, [4 steps][32 channels][2N],
 // summed down its columns, costs 16 shared-memory wavefronts per warp-step against 9 here, and 72 KB against 58 —
 // yet ran as fast: H100, B 8 × T 2,048, 1,032 vs 1,028 µs, so the shared-memory pipe is not what bounds this kernel.
 // Nor are the warps per SM: 4 blocks per SM (56 KB, the state before a chunk kept in registers) took 1,050 µs.)
@@ -505,11 +508,11 @@ struct Stage16 {
 };
 
 /**
- * Floats of the d_state-16 kernel's shared memory: the chunk's states, the Δ cache, the dB/dC table and two stages
- * (58 KB: 3 blocks per SM).
+ * Floats of the d_state-16 kernel's shared memory: the chunk's states, the Δ cache, the dB/dC table's two halves and
+ * two stages (60 KB: 3 blocks per SM).
  */
 constexpr int64_t backward16SmemFloats() {
-    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + kQuad * kWarps * 32 + 2 * Stage16::kFloats;
+    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + 2 * kQuad * kWarps * 32 + 2 * Stage16::kFloats;
 }
 
 /**
@@ -536,6 +539,29 @@ __device__ __forceinline__ float halveOverChannels(const float (&vB)[4], const f
     const float keep = b4 ? v2[1] : v2[0], send = b4 ? v2[0] : v2[1];
     *e = (b2 ? 16 : 0) + (lane & 3) * 4 + (b3 ? 2 : 0) + (b4 ? 1 : 0);
     return keep + __shfl_xor_sync(0xffffffffu, send, 16);
+}
+
+/**
+ * The three per-step sums of a quad of steps over a channel's 4 lanes, handed out by recursive halving: lane l ends
+ * with step l's (out = Σ_lanes v[l][·]). At xor 2 a lane keeps steps 2·(bit 1) and 2·(bit 1) + 1 and sends the other
+ * two; at xor 1 it keeps step l. The lanes are added as (l0 + l2) + (l1 + l3), groupSum's order: the same bits as
+ * three groupSums per step, in 9 shuffles for the quad instead of 24.
+ */
+__device__ __forceinline__ void quadSums(const float (&v)[kQuad][3], int lane, float (&out)[3]) {
+    const bool hi = lane & 2, odd = lane & 1;
+    float w[2][3];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            const float keep = hi ? v[2 + j][k] : v[j][k], send = hi ? v[j][k] : v[2 + j][k];
+            w[j][k] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        const float keep = odd ? w[1][k] : w[0][k], send = odd ? w[0][k] : w[1][k];
+        out[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    }
 }
 
 /**
@@ -588,8 +614,8 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int d0 = p.chb * C;                                            // the block's first channel
     float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the chunk's states
     float* dcache = reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads);  // [kPiece][C]: Δ
-    float* table = dcache + kPiece * C;                                  // [kQuad][kWarps][2N]: dB_t / dC_t per warp
-    float* const stage0 = table + kQuad * kWarps * 2 * N;              // two Stage16s: chunk c in stage c % 2
+    float* table = dcache + kPiece * C;                                  // 2 × [kQuad][kWarps][2N]: dB_t / dC_t per warp
+    float* const stage0 = table + 2 * kQuad * kWarps * 2 * N;          // two Stage16s: chunk c in stage c % 2
     auto stageOf = [&](int c) { return Stage16{stage0 + (c & 1) * Stage16::kFloats}; };
 
     float a2[NS], A[NS], G[NS], gA[NS];
@@ -618,6 +644,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     stageFor(c_last);
     cpAsyncCommit();
     float4 ck_next = checkpoint(c_last);
+    int quads = 0;  // quads walked: the table half the next one fills
     for (int c = c_last; c >= c_first; --c) {
         const int ta = c * K, len = min(K, T - ta);
         const float4 ck4 = ck_next;
@@ -663,19 +690,26 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             const float4 v = hist[len * kThreads + tid];
             hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
         }
-        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad) {
+        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad, ++quads) {
             const int cnt = min(kQuad, len - g0);
             const int64_t rg = row0 + ta + g0;
             // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
-            float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f, my_yv = 0.f, my_du = 0.f, my_sd = 0.f;
+            float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f;
             if (p.lane < cnt) {
                 my_dout = st.dout()[(g0 + p.lane) * C + ch];
                 my_z = st.z()[(g0 + p.lane) * C + ch];
                 my_dtr = st.dt()[(g0 + p.lane) * C + ch];
             }
             const GateGrad gg = gateGrad(my_dout, my_z);
+            // (a) the G chain through the quad's steps. What the steps leave for sums over lanes and channels is
+            // kept, not reduced here: the reductions of four steps then run side by side in (b), off the chain.
+            float part[kQuad][3];  // this lane's shares of step q's y − D·u, Σ_n gn·B and dΔ/dsoftplus
+            float vB[kQuad][NS], vC[kQuad][NS];
 #pragma unroll
             for (int q = kQuad - 1; q >= 0; --q) {
+                part[q][0] = part[q][1] = part[q][2] = 0.f;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) vB[q][i] = vC[q][i] = 0.f;
                 if (q >= cnt) continue;
                 const int t = g0 + q;  // within the chunk
                 const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
@@ -688,53 +722,51 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                     bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
                     cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
                 }
-                // y = Σ_n h·C + D·u, then the gate
-                float yacc = 0.f;
+                float yacc = 0.f;  // this lane's share of y = Σ_n h·C (+ D·u)
 #pragma unroll
                 for (int i = 0; i < NS; ++i) yacc = fmaf(hn[i], cv[i], yacc);
-                yacc = groupSum(yacc, kQuad);
-                const float yv = dskip * u + yacc;
                 const float dy = __shfl_sync(0xffffffffu, gg.dy, lane0 | q);
-                if (p.lane == q) my_yv = yv;
                 gD += dy * u;
-                float vB[NS], vC[NS], sGB, sDelta;
-                stepBack<NS, true>(G, gA, A, a2, hn, hp, bv, cv, delta, u, dy, NS, vB, vC, sGB, sDelta);
-                sGB = groupSum(sGB, kQuad);
-                sDelta = groupSum(sDelta, kQuad);
-                if (p.lane == q) {
-                    my_du = dskip * dy + delta * sGB;
-                    my_sd = sDelta;
-                }
-                if (!p.active) {
-#pragma unroll
-                    for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
-                }
-                // the warp's sums over its channels into the table
-                int e;
-                const float v = halveOverChannels(vB, vC, tid % 32, &e);
-                table[(q * kWarps + tid / 32) * 2 * N + e] = v;
+                stepBack<NS, true>(G, gA, A, a2, hn, hp, bv, cv, delta, u, dy, NS, vB[q], vC[q], part[q][1], part[q][2]);
+                part[q][0] = yacc;
 #pragma unroll
                 for (int i = 0; i < NS; ++i) hn[i] = hp[i];
             }
-            if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
-                const int64_t r = rg + p.lane;
-                const float ddt = my_sd * softplusGrad(my_dtr);
-                gDb += ddt;
-                s.du[r * E + p.d] = my_du;
-                storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
-                storeGrad(s.dz, s.lddz, s.dz16, r, p.d, my_dout * my_yv * gg.g);
+            // (b) lane q of each channel gets step q's three sums over the channel's lanes; every step's dB_t / dC_t
+            // terms are halved over the warp's channels into this quad's table
+            float mine[3];
+            quadSums(part, p.lane, mine);
+            float* const tq = table + (quads & 1) * kQuad * kWarps * 2 * N;
+#pragma unroll
+            for (int q = 0; q < kQuad; ++q) {
+                if (!p.active) {
+#pragma unroll
+                    for (int i = 0; i < NS; ++i) vB[q][i] = vC[q][i] = 0.f;
+                }
+                int e;
+                const float v = halveOverChannels(vB[q], vC[q], tid % 32, &e);
+                tq[(q * kWarps + tid / 32) * 2 * N + e] = v;
             }
-            // thread k: step k / 2N, value k % 2N over the block's warps in order; the second barrier keeps the next
-            // steps (and the next chunk's copies into this stage) from writing before every value is read
+            if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
+                const int t = g0 + p.lane;
+                const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
+                const int64_t r = rg + p.lane;
+                const float ddt = mine[2] * softplusGrad(my_dtr);
+                gDb += ddt;
+                s.du[r * E + p.d] = dskip * gg.dy + delta * mine[1];
+                storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
+                storeGrad(s.dz, s.lddz, s.dz16, r, p.d, my_dout * (dskip * u + mine[0]) * gg.g);
+            }
+            // thread k: step k / 2N, value k % 2N over the block's warps in order. One barrier per quad: the table
+            // alternates between two halves, and every read of the chunk's stage, states and Δ comes before it.
             __syncthreads();
             if (tid < cnt * 2 * N) {
                 const int q = tid / (2 * N), e = tid % (2 * N);
-                const float* col = table + q * kWarps * 2 * N + e;
+                const float* col = tq + q * kWarps * 2 * N + e;
                 o.pbc[(static_cast<int64_t>(p.chb) * R + rg + q) * 2 * N + e] =
                     (col[0] + col[2 * N]) + (col[4 * N] + col[6 * N]);
                 static_assert(kWarps == 4, "the sum over the warps is written out for 4");
             }
-            __syncthreads();
         }
     }
     finishBlock<NS, true>(s, o, p, G, gA, gD, gDb, kQuad);
