@@ -2,11 +2,13 @@
 # Before/after on one device machine in one call: the bundle of the current build, and a base build's libmamba swapped
 # into a copy of it (the JNI library is generated from the public header, so the header must be the same in both).
 #   here:   scripts/device-ab.sh build COMMIT   an sm_90-only libmamba of COMMIT (a worktree under /tmp; ~2 min) as
-#                                               .device/base/libmamba.so.xz (~2.2 MB: fits one carry with the bundle)
+#                                               .device/base/libmamba-SHORT.so.xz (~2.2 MB; SHORT = 7 hex digits)
 #   device: carry [".device/bundle.txz", ".device/run.sh", ".device/base"] and run
 #           bash .device/run.sh main CLASS ARGS…              the current build
-#           bash scripts/device-ab.sh main CLASS ARGS…        the base build (same bundle, base libmamba)
-#           alternating the two, at least twice each: fresh machines differ by several percent.
+#           [AB_BASE=SHORT] bash scripts/device-ab.sh main CLASS ARGS…
+#                                                       a base build (same bundle, that libmamba; AB_BASE may be left
+#                                                       out when one base is carried)
+#           alternating them, at least twice each: fresh machines differ by several percent.
 #   here:   scripts/device-ab.sh optest [COMMIT]   an sm_90-only op test of COMMIT (default HEAD) as
 #                                               .device/base/op_test-SHORT.xz (~2.4 MB; SHORT = 7 hex digits), so one
 #                                               carry holds the bundle, the base and op tests of several commits
@@ -31,8 +33,9 @@ case ${1:-} in
       { tail -20 "$W/build.log" >&2; exit 1; }
     mkdir -p .device/base
     if [ "$1" = build ]; then
-      xz -T0 -9 -c "$W/out/lib/libmamba.so" > .device/base/libmamba.so.xz
-      echo "device-ab: .device/base/libmamba.so.xz = $commit ($(stat -c %s .device/base/libmamba.so.xz) bytes)"
+      out=.device/base/libmamba-${commit:0:7}.so.xz
+      xz -T0 -9 -c "$W/out/lib/libmamba.so" > "$out"
+      echo "device-ab: $out = $commit ($(stat -c %s "$out") bytes)"
     else
       out=.device/base/op_test-${commit:0:7}.xz
       strip -o /tmp/op_test.$$ "$W/out/bin/op_test"
@@ -60,11 +63,19 @@ PY
     )
     LD_LIBRARY_PATH=/tmp/ab-oblas exec /tmp/ab-op_test-$short "$@" ;;
   main|tests)
-    N=/tmp/mamba4j-bundle; B=/tmp/mamba4j-base
+    N=/tmp/mamba4j-bundle
     [ -f "$N/.stamp" ] || { echo "device-ab: run .device/run.sh once first (it unpacks the bundle)" >&2; exit 2; }
-    if [ ! -f "$B/.stamp" ] || [ .device/base/libmamba.so.xz -nt "$B/.stamp" ] || [ "$N/.stamp" -nt "$B/.stamp" ]; then
+    if [ -z "${AB_BASE:-}" ]; then
+      bases=(.device/base/libmamba-*.so.xz)
+      [ ${#bases[@]} = 1 ] && [ -f "${bases[0]}" ] ||
+        { echo "device-ab: carry one base, or name one with AB_BASE=SHORT: ${bases[*]}" >&2; exit 2; }
+      AB_BASE=${bases[0]#.device/base/libmamba-}; AB_BASE=${AB_BASE%.so.xz}
+    fi
+    lib=.device/base/libmamba-$AB_BASE.so.xz; B=/tmp/mamba4j-base-$AB_BASE
+    [ -f "$lib" ] || { echo "device-ab: no $lib" >&2; exit 2; }
+    if [ ! -f "$B/.stamp" ] || [ "$lib" -nt "$B/.stamp" ] || [ "$N/.stamp" -nt "$B/.stamp" ]; then
       rm -rf "$B"; cp -r "$N" "$B"; rm -rf "$B/cache"
-      xz -dc .device/base/libmamba.so.xz > "$B/libmamba-base.so"
+      xz -dc "$lib" > "$B/libmamba-base.so"
       python3 - "$B"/lib/mamba-presets-*-linux-x86_64.jar "$B/libmamba-base.so" <<'PY'
 import shutil, sys, zipfile
 jar, lib = sys.argv[1], sys.argv[2]
