@@ -32,6 +32,11 @@ void validateScan(const char* op, int batch, int steps, int channels, int d_stat
         fail(std::string(op) + ": d_state = " + std::to_string(d_state) + " must be in [1, 256]");
 }
 
+/** A channel block's dt bias (ScanArgs::dt_bias), or zeros: dt + 0 is dt for softplus and its derivative. */
+void blockBias(const float* dt_bias, int d0, int nd, float* out) {
+    for (int j = 0; j < nd; ++j) out[j] = dt_bias ? dt_bias[d0 + j] : 0.f;
+}
+
 /**
  * The forward of one (batch row b, channel block d0..d0+nd) task over all steps. With checkpoints, the
  * block's state before steps 0, chunk, 2·chunk, … is stored for the backward.
@@ -64,7 +69,8 @@ void scanTask(const ScanArgs& s, const ScanCheckpoints* ck, int b, int d0, int n
         ckptStep = static_cast<int64_t>(C) * N;
         ckpt = ck->data + static_cast<int64_t>(b) * chunks * ckptStep + static_cast<int64_t>(d0) * N;
     }
-    alignas(64) float delta[kChannelBlock], du[kChannelBlock], y[kChannelBlock];
+    alignas(64) float delta[kChannelBlock], du[kChannelBlock], y[kChannelBlock], bias[kChannelBlock];
+    blockBias(s.dt_bias, d0, nd, bias);
     for (int t = 0; t < T; ++t) {
         if (ckpt && t % ck->chunk == 0) {
             float* dst = ckpt + static_cast<int64_t>(t / ck->chunk) * ckptStep;
@@ -81,7 +87,7 @@ void scanTask(const ScanArgs& s, const ScanCheckpoints* ck, int b, int d0, int n
         const float* Ct = Bt + N;
 #pragma omp simd
         for (int j = 0; j < nd; ++j) {
-            delta[j] = softplus(dt[j]);
+            delta[j] = softplus(dt[j] + bias[j]);
             du[j] = delta[j] * u[j];
         }
         ssmStep<FixedN, L>(N, nd, delta, du, a, Bt, cur, next, nullptr);
@@ -125,6 +131,8 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
     alignas(64) float delta[kChannelBlock], du[kChannelBlock], dy[kChannelBlock], sGB[kChannelBlock];
     alignas(64) float sDelta[kChannelBlock], gD[kChannelBlock], yv[kChannelBlock], gDb[kChannelBlock];
     alignas(64) float ddt_row[kChannelBlock], dz_row[kChannelBlock];  // a step's ddt, dz before they are stored
+    alignas(64) float bias[kChannelBlock];
+    blockBias(s.dt_bias, d0, nd, bias);
     const float* Dskip = s.d_skip + d0;
     const float* ckpt = s.checkpoints + b * row_ckpt + static_cast<int64_t>(d0) * N;
     toLanes(s.a + static_cast<int64_t>(d0) * N, N, nd, At);
@@ -146,7 +154,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
             const float* u = s.u + r * C + d0;
 #pragma omp simd
             for (int j = 0; j < nd; ++j) {
-                delta[j] = softplus(dt[j]);
+                delta[j] = softplus(dt[j] + bias[j]);
                 du[j] = delta[j] * u[j];
             }
             ssmStep<FixedN, StateLayout::Lanes>(N, nd, delta, du, At, s.bc + r * s.ldbc,
@@ -171,7 +179,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
 
             // y = Σ_n h·C + D·u (the forward's readout); the gate out = y·SiLU(z).
 #pragma omp simd
-            for (int j = 0; j < nd; ++j) delta[j] = softplus(dt[j]);
+            for (int j = 0; j < nd; ++j) delta[j] = softplus(dt[j] + bias[j]);
             ssmReadout<FixedN, StateLayout::Lanes>(N, nd, hcur, Ct, u, Dskip, yv);
 #pragma omp simd
             for (int j = 0; j < nd; ++j) {
@@ -209,7 +217,7 @@ void scanBackwardTask(const ScanBackwardArgs& s, int b, int blk, float* pbc, flo
 #pragma omp simd
             for (int j = 0; j < nd; ++j) {
                 du_out[j] = Dskip[j] * dy[j] + delta[j] * sGB[j];
-                const float sp = dt[j] > 20.f ? 1.f : sigmoid(dt[j]);  // softplus'
+                const float x = dt[j] + bias[j], sp = x > 20.f ? 1.f : sigmoid(x);  // softplus'
                 ddt_row[j] = sDelta[j] * sp;
                 gDb[j] += ddt_row[j];
             }

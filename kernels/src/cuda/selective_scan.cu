@@ -1,4 +1,4 @@
-// Selective scan: Δ = softplus(dt) → Ā = exp(Δ·A), h ← Ā·h + Δ·B·u → y = Σ_n h·C + D·u → y·SiLU(z).
+// Selective scan: Δ = softplus(dt (+ dt_bias)) → Ā = exp(Δ·A), h ← Ā·h + Δ·B·u → y = Σ_n h·C + D·u → y·SiLU(z).
 //
 // Thread layout: S lanes of a warp share one (row, channel); lane l owns the NS states n = l·NS … l·NS+NS-1
 // in registers, S = d_state/NS rounded up to a power of two. Two layouts:
@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     for (int i = 0; i < NS; ++i) h[i] = (k.mode != kChunkLocal && n0 + i < N) ? hsrc[n0 + i] : 0.f;
 
     const float dskip = s.d_skip[d];
+    const float dt_bias = s.dt_bias ? s.dt_bias[d] : 0.f;  // dt + 0 is dt for softplus
     const int t0 = c * k.chunk;
     const int t1 = min(s.steps, t0 + k.chunk);
     const int64_t r0 = static_cast<int64_t>(b) * s.steps;
@@ -203,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
             dt_raw = projectDt(k.dt, r, d, lane, S);
             if (active && lane == 0) k.dt.out[r * E + d] = dt_raw;  // what the separate product would have written
         }
-        const float delta = softplusf(dt_raw);
+        const float delta = softplusf(dt_raw + dt_bias);
         const float du = delta * u;
         const float* Bt = s.bc + r * s.ldbc;
         float bv[NS];
@@ -335,8 +336,9 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
         float* tile = buffer(t);
 #pragma unroll 4
         for (int e = tid; e < stepsOf(t) * per_block; e += COPIERS) {
-            float* rec = tile + (e / per_block) * W + e % per_block;
-            rec[0] = softplusf(rec[0]);
+            const int c = e % per_block;
+            float* rec = tile + (e / per_block) * W + c;
+            rec[0] = softplusf(rec[0] + (s.dt_bias && d0 + c < E ? s.dt_bias[d0 + c] : 0.f));
             rec[2 * per_block] = siluf(rec[2 * per_block]);
         }
     };

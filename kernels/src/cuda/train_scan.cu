@@ -54,6 +54,9 @@ constexpr int kBackwardMinBlocks = NS == 4 ? 4 : 2;
 // 1/y correctly rounded is one MUFU reciprocal plus a fix-up; the same bits as the IEEE division 1.f / y.
 __device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.f + expf(-x)); }
 
+/** Channel d's dt bias (ScanBackwardArgs::dt_bias), or 0: dt + 0 is dt for softplus and softplus'. */
+__device__ __forceinline__ float dtBias(const ScanBackwardArgs& s, int d) { return s.dt_bias ? s.dt_bias[d] : 0.f; }
+
 /** softplus'(x) = σ(x), with softplusf's cut-off (softplus(x) = x above 20). */
 __device__ __forceinline__ float softplusGrad(float x) { return x > 20.f ? 1.f : sigmoidf(x); }
 
@@ -139,6 +142,7 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
     }
     const int ta = p.grp * o.per_group * K, tb = min(T, ta + o.per_group * K);
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
+    const float dtb = dtBias(s, p.d);
     // backwards in blocks of 4 steps, each block's loads issued before its dependent updates
     constexpr int U = 4;
     constexpr bool kShared = S_FIXED == U;  // the channel's lanes share the per-step work
@@ -151,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
         if constexpr (kShared) {
             if (p.lane < cnt) {
                 const int64_t r = row0 + t1 - 1 - p.lane;
-                my_delta = softplusf(s.dt[r * E + p.d]);
+                my_delta = softplusf(s.dt[r * E + p.d] + dtb);
                 my_dy = gateGrad(s.dout[r * E + p.d], s.z[r * s.ldz + p.d]).dy;
             }
         }
@@ -176,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) carryLocalKernel(ScanBackwardArgs s,
                     delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
                     dy = __shfl_sync(0xffffffffu, my_dy, lane0 | q);
                 } else {
-                    delta = softplusf(dtv[q]);
+                    delta = softplusf(dtv[q] + dtb);
                     dy = gateGrad(ov[q], zv[q]).dy;
                 }
 #pragma unroll
@@ -326,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
         gA[i] = 0.f;
     }
     float gD = 0.f, gDb = 0.f;  // gDb: Σ_t ddt (lane 0 computes ddt)
-    const float dskip = s.d_skip[p.d];
+    const float dskip = s.d_skip[p.d], dtb = dtBias(s, p.d);
     const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
     int parity = 0;
@@ -359,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 #pragma unroll
                 for (int q = 0; q < SUB; ++q) {
                     if (q < cnt) {
-                        const float delta = softplusf(dtv[q]);
+                        const float delta = softplusf(dtv[q] + dtb);
                         if (p.lane == 0) dcache[(t0 - ta + q) * L.per_block + ch_local] = delta;
                         const float du = delta * uv[q];
 #pragma unroll
@@ -426,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 sDelta = groupSum(sDelta, S);
                 if (p.active && p.lane == 0) {
                     const int64_t r = rs + q;
-                    const float ddt = sDelta * softplusGrad(dtr);
+                    const float ddt = sDelta * softplusGrad(dtr + dtb);
                     gDb += ddt;
                     s.du[r * E + p.d] = dskip * dy + delta * sGB;
                     storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
@@ -627,7 +631,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
         gA[i] = 0.f;
     }
     float gD = 0.f, gDb = 0.f;  // gDb: this lane's steps' Σ ddt (lane q takes step q of every kQuad)
-    const float dskip = s.d_skip[p.d];
+    const float dskip = s.d_skip[p.d], dtb = dtBias(s, p.d);
     const float* ck = s.checkpoints + static_cast<int64_t>(p.b) * o.chunks * E * N + static_cast<int64_t>(p.d) * N;
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
     // the checkpoint of chunk c (no alignment asked of the checkpoints), loaded a chunk ahead like the stages
@@ -665,7 +669,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             const int cnt = min(kQuad, len - g0);
             float my_delta = 0.f, my_u = 0.f;
             if (p.lane < cnt) {
-                my_delta = softplusf(st.dt()[(g0 + p.lane) * C + ch]);
+                my_delta = softplusf(st.dt()[(g0 + p.lane) * C + ch] + dtb);
                 my_u = st.u()[(g0 + p.lane) * C + ch];
                 dcache[(g0 + p.lane) * C + ch] = my_delta;
             }
@@ -698,7 +702,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             if (p.lane < cnt) {
                 my_dout = st.dout()[(g0 + p.lane) * C + ch];
                 my_z = st.z()[(g0 + p.lane) * C + ch];
-                my_dtr = st.dt()[(g0 + p.lane) * C + ch];
+                my_dtr = st.dt()[(g0 + p.lane) * C + ch] + dtb;
             }
             const GateGrad gg = gateGrad(my_dout, my_z);
             // (a) the G chain through the quad's steps. What the steps leave for sums over lanes and channels is

@@ -115,7 +115,7 @@ struct ConvBackwardArgs {
  * y_t = h_t·C_t + D·u_t → out = y · SiLU(z), with h carried in and out.
  */
 struct ScanArgs {
-    const float* dt;      // [B*T, channels]: dt_proj output incl. bias, before softplus
+    const float* dt;      // [B*T, channels]: dt_proj output, before softplus (and before dt_bias when given)
     const float* a;       // [channels, d_state] = -exp(A_log)
     const float* bc;      // [B*T, ldbc]: B_t at bc[0..d_state), C_t at bc[d_state..2*d_state)
     int64_t ldbc;
@@ -134,6 +134,9 @@ struct ScanArgs {
      * equals T decode steps bit for bit.
      */
     bool shape_independent = false;
+    // dt's bias (optional, [channels]): Δ = softplus(dt + dt_bias). Mamba-1 adds dt_proj's bias here, as the reference
+    // kernels' delta_bias does, rather than in the product: a bias in a large product costs a pass over its output.
+    const float* dt_bias = nullptr;
 };
 
 /**
@@ -147,7 +150,7 @@ struct ScanCheckpoints {
 
 /** Backward of the selective scan: softplus, scan from the checkpoints, D skip and the SiLU(z) gate. */
 struct ScanBackwardArgs {
-    const float* dt;           // [B*T, channels]: forward's dt (before softplus)
+    const float* dt;           // [B*T, channels]: forward's dt (before softplus and dt_bias)
     const float* a;            // [channels, d_state] = -exp(A_log)
     const float* bc;           // [B*T, ldbc]: B_t then C_t
     int64_t ldbc;
@@ -176,6 +179,7 @@ struct ScanBackwardArgs {
     // dt's bias gradient (optional): dt_bias[channels] += Σ over rows of ddt (fixed order per backend). The scan owns
     // it because it is the one op that holds ddt in f32: the product that reads ddt may only see it rounded.
     float* ddt_bias = nullptr;
+    const float* dt_bias = nullptr;  // the forward's ScanArgs::dt_bias (optional): Δ = softplus(dt + dt_bias)
 };
 
 /**

@@ -1078,20 +1078,22 @@ Prepared convSiluBackwardCarryCase(Ops& ops, uint64_t seed, int B, int T, int C,
 struct ScanSetup {
     int B, T, C, N, rank;
     bool proj;                   // dt comes from dt_proj (a Forward product) inside the call
+    bool biasInScan;             // dt's bias is the scan's (ScanArgs::dt_bias, as Mamba-1 runs), not in dt / the product
     int64_t ldx;                 // x_proj output [R, rank + 2N]: δ | B | C (with proj) or B | C (+3 padding)
     int64_t ldz;                 // in_proj output [R, 2C]: z is the second half
     std::vector<float> xdbl, xz, u, dt, dtBiasV, a, dSkip, h0;
     Weight wdt;                  // dt_proj [C, rank] when proj
     int64_t hstride;
-    ref::ScanProblem prob;       // the same inputs in double (dt from the double-precision projection)
+    ref::ScanProblem prob;       // the same inputs in double (dt from the double-precision projection, bias included)
+    Vec dtWritten;               // proj: what the product writes to dt (without the bias when biasInScan)
 };
 
 // x_dbl rows: [δ (rank) | B | C] then padding. Unprojected setups pad by ldxPad: 3 (odd strides, the scalar paths) by
 // default, 4 for the 16-byte-aligned rows of real models (rank a multiple of 4, even N: the vector loads).
 ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, int dtype, bool bigDt = false,
-                    int ldxPad = 3) {
+                    int ldxPad = 3, bool biasInScan = false) {
     ScanSetup s{};
-    s.B = B, s.T = T, s.C = C, s.N = N, s.proj = proj, s.rank = proj ? 6 : 0;
+    s.B = B, s.T = T, s.C = C, s.N = N, s.proj = proj, s.biasInScan = biasInScan, s.rank = proj ? 6 : 0;
     const int64_t R = static_cast<int64_t>(B) * T;
     s.ldx = proj ? s.rank + 2 * N : 2 * N + ldxPad;
     s.ldz = 2 * C;
@@ -1122,12 +1124,16 @@ ScanSetup scanSetup(Arena& A, Rng& rng, int B, int T, int C, int N, bool proj, i
     if (proj) {
         s.wdt = putWeight(A, rng, C, s.rank, dtype, 1.0 / std::sqrt(s.rank), false);
         p.dt = ref::gemmForward(dense(s.xdbl, R, s.ldx, s.rank), R, s.wdt.stored, C, s.rank, toDouble(s.dtBiasV), 0.0, {});
+        s.dtWritten = biasInScan ? ref::gemmForward(dense(s.xdbl, R, s.ldx, s.rank), R, s.wdt.stored, C, s.rank, {}, 0.0, {}) : p.dt;
     } else {
         s.dt.resize(static_cast<size_t>(R * C));
+        p.dt.resize(s.dt.size());
         for (int64_t r = 0; r < R; ++r)
-            for (int d = 0; d < C; ++d)  // bigDt: around softplus's threshold 20 (Δ = dt above it)
-                s.dt[r * C + d] = static_cast<float>(bigDt ? rng.uniform(15, 25) : s.dtBiasV[d] + rng.uniform(-0.5, 0.5));
-        p.dt = toDouble(s.dt);
+            for (int d = 0; d < C; ++d) {  // bigDt: around softplus's threshold 20 (Δ = dt above it)
+                const double bias = s.dtBiasV[d], x = bigDt ? rng.uniform(15, 25) : bias + rng.uniform(-0.5, 0.5);
+                s.dt[r * C + d] = static_cast<float>(biasInScan ? x - bias : x);
+                p.dt[r * C + d] = biasInScan ? static_cast<double>(s.dt[r * C + d]) + bias : s.dt[r * C + d];
+            }
     }
     p.a = toDouble(s.a);
     p.u = toDouble(s.u);
@@ -1150,12 +1156,13 @@ Vec checkpointsOf(const ref::ScanProblem& p, const ref::ScanResult& r, int chunk
     return v;
 }
 
+/** The scan (with dt_proj inside when proj) against the double reference; dt's bias in the scan unless biasInScan is false. */
 Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj, int chunk, int dtype, bool bigDt = false,
-                  bool alignedRows = false, bool shapeIndependent = false) {
+                  bool alignedRows = false, bool shapeIndependent = false, bool biasInScan = true) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype, bigDt, alignedRows ? 4 : 3);
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, proj, dtype, bigDt, alignedRows ? 4 : 3, biasInScan);
     const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
     const float* xdbl = A->put(s.xdbl);
     const float* xz = A->put(s.xz);
@@ -1167,8 +1174,10 @@ Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj
     ScanArgs a{ddt, A->put(s.a), xdbl + s.rank, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip), dh,
                s.hstride, dout, B, T, C, N};
     a.shape_independent = shapeIndependent;
+    const float* bias = A->put(s.dtBiasV);
+    if (biasInScan) a.dt_bias = bias;
     const GemmMode mode = chunk > 0 ? GemmMode::Reproducible : GemmMode::Fast;
-    const Gemm g = proj ? Gemm::forward(mode, xdbl, s.ldx, R, s.wdt.m, A->put(s.dtBiasV), ddt, C, 0.f) : Gemm{};
+    const Gemm g = proj ? Gemm::forward(mode, xdbl, s.ldx, R, s.wdt.m, biasInScan ? nullptr : bias, ddt, C, 0.f) : Gemm{};
     const ScanCheckpoints ck{dck, chunk};
     p.call = [&ops, a, g, ck, proj, chunk] { ops.selectiveScan(a, proj ? &g : nullptr, chunk > 0 ? &ck : nullptr); };
     const ref::ScanResult want = ref::selectiveScan(s.prob);
@@ -1176,7 +1185,7 @@ Prepared scanCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, bool proj
     for (int b = 0; b < B; ++b)
         for (int64_t i = 0; i < hn; ++i) wantH.push_back(want.state(s.prob, b, T, static_cast<int>(i / N), static_cast<int>(i % N)));
     const Vec wantCk = chunk > 0 ? checkpointsOf(s.prob, want, chunk) : Vec{};
-    const Vec wantDt = s.prob.dt;
+    const Vec wantDt = s.dtWritten;
     const double tol = proj ? activationTol(dtype, kTolScan) : kTolScan;
     const double dtTol = gemmTol(dtype);
     const int64_t hstride = s.hstride;
@@ -1355,15 +1364,16 @@ Prepared scanSplitCase(Ops& ops, uint64_t seed, int B, int T, int C, int N) {
 }
 
 /**
- * The scan backward against the double reference; ddt_bias always. With dtype16 BF16/F16, ddt and dz are written
+ * The scan backward against the double reference; ddt_bias always, dt's bias in the scan (dt_bias) unless biasInScan
+ * is false. With dtype16 BF16/F16, ddt and dz are written
  * rounded (as Mamba-1's backward asks where its products round dy) and checked against the same call's f32 outputs.
  */
 Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, int chunk, bool bigDt = false,
-                          bool alignedRows = false, int dtype16 = DTYPE_F32) {
+                          bool alignedRows = false, int dtype16 = DTYPE_F32, bool biasInScan = true) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32, bigDt, alignedRows ? 4 : 3);
+    const ScanSetup s = scanSetup(*A, rng, B, T, C, N, false, DTYPE_F32, bigDt, alignedRows ? 4 : 3, biasInScan);
     const int64_t R = static_cast<int64_t>(B) * T, hn = static_cast<int64_t>(C) * N;
     const int64_t lddbc = 2 * N + 3, lddz = C + 5;
     const ref::ScanResult fwd = ref::selectiveScan(s.prob);
@@ -1380,6 +1390,7 @@ Prepared scanBackwardCase(Ops& ops, uint64_t seed, int B, int T, int C, int N, i
     ScanBackwardArgs a{A->put(s.dt), A->put(s.a), xdbl, s.ldx, A->put(s.u), xz + C, s.ldz, A->put(s.dSkip),
                        A->put(ckf), chunk, A->put(doutv), ddt, ddbc, lddbc, ddu, ddz, lddz, ddal, ddd, B, T, C, N, nullptr, nullptr, 0};
     a.ddt_bias = ddbias;
+    if (biasInScan) a.dt_bias = A->put(s.dtBiasV);
     const RoundedOut ddt16 = RoundedOut::poisoned(A, R, C, dtype16), dz16 = RoundedOut::poisoned(A, R, C, dtype16);
     if (rounded) {
         a.ddt = a.dz = nullptr;
@@ -2497,6 +2508,11 @@ std::vector<Case> allCases() {
     for (auto [N, ck] : {std::array<int, 2>{16, 16}, {16, 24}, {13, 16}})
         add("selectiveScan", format("B=3 T=203 C=1432 N=%d ckpt/%d (training walk)", N, ck), DTYPE_F32, "-", NEED_TRAINING,
             false, [=](Ops& o, uint64_t s) { return scanCase(o, s, 3, 203, 1432, N, false, ck, DTYPE_F32); });
+    // dt with its bias already in it (no ScanArgs::dt_bias): the training walk and the d_state-16 backward
+    add("selectiveScan", "B=3 T=203 C=1432 N=16 ckpt/16 (training walk) bias in dt", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanCase(o, s, 3, 203, 1432, 16, false, 16, DTYPE_F32, false, false, false, false); });
+    add("selectiveScanBackward", "B=2 T=67 C=72 N=16 ckpt/16 aligned rows bias in dt", DTYPE_F32, "-", NEED_TRAINING, false,
+        [=](Ops& o, uint64_t s) { return scanBackwardCase(o, s, 2, 67, 72, 16, 16, false, true, DTYPE_F32, false); });
 
     // ---- data-parallel: the rank-order sum (every backend; n = 3·2^20 + 7 exceeds one CUDA grid pass) ----
     for (int ranks : {1, 2, 3, 8})

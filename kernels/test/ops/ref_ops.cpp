@@ -177,7 +177,7 @@ public:
                     if (ck && t % ck->chunk == 0)
                         std::copy(h, h + N, ck->data + ((static_cast<int64_t>(b) * chunks + t / ck->chunk) * C + d) * N);
                     const int64_t r = static_cast<int64_t>(b) * T + t;
-                    const float delta = softplusf(s.dt[r * C + d]), u = s.u[r * C + d];
+                    const float delta = softplusf(s.dt[r * C + d] + (s.dt_bias ? s.dt_bias[d] : 0.f)), u = s.u[r * C + d];
                     float y = s.d_skip[d] * u;
                     for (int n = 0; n < N; ++n) {
                         h[n] = std::exp(delta * s.a[static_cast<int64_t>(d) * N + n]) * h[n] + delta * u * s.bc[r * s.ldbc + n];
@@ -499,19 +499,20 @@ public:
                 std::fill(G.begin(), G.end(), 0.f);
                 if (s.dh_end) std::copy_n(s.dh_end + b * s.dh_stride + static_cast<int64_t>(d) * N, N, G.begin());
                 const float* A = s.a + static_cast<int64_t>(d) * N;
+                const float bias = s.dt_bias ? s.dt_bias[d] : 0.f;
                 for (int c = chunks - 1; c >= 0; --c) {
                     const int ta = c * K, tb = std::min(T, ta + K);
                     const float* h0 = s.checkpoints + ((static_cast<int64_t>(b) * chunks + c) * C + d) * N;
                     std::copy(h0, h0 + N, hs.begin());
                     for (int t = ta; t < tb; ++t) {
                         const int64_t r = static_cast<int64_t>(b) * T + t;
-                        const float delta = softplusf(s.dt[r * C + d]), u = s.u[r * C + d];
+                        const float delta = softplusf(s.dt[r * C + d] + bias), u = s.u[r * C + d];
                         for (int n = 0; n < N; ++n)
                             hs[(t - ta + 1) * N + n] = std::exp(delta * A[n]) * hs[(t - ta) * N + n] + delta * u * s.bc[r * s.ldbc + n];
                     }
                     for (int t = tb - 1; t >= ta; --t) {
                         const int64_t r = static_cast<int64_t>(b) * T + t;
-                        const float dtv = s.dt[r * C + d], delta = softplusf(dtv), u = s.u[r * C + d], z = s.z[r * s.ldz + d];
+                        const float dtv = s.dt[r * C + d] + bias, delta = softplusf(dtv), u = s.u[r * C + d], z = s.z[r * s.ldz + d];
                         const float* Bt = s.bc + r * s.ldbc;
                         const float* Ct = Bt + N;
                         float y = s.d_skip[d] * u;

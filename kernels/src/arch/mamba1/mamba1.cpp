@@ -86,13 +86,14 @@ void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     const Gemm xProj = Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f);
     ops.gemm(rounded ? xProj.withRoundedInput(b.u16.data(), E) : xProj);
 
-    // Δ = dt_proj(δ) (fused into the scan where a backend can), then the scan, D skip and the SiLU(z) gate.
-    const Gemm dtProj = Gemm::forward(c.mode, b.xdbl.data(), d_.xdbl, R, w.matrix(L.dt_w), w.vec(L.dt_b), b.dt.data(),
-                                      E, 0.f);
+    // dt = dt_proj's product (fused into the scan where a backend can), then the scan: Δ = softplus(dt + dt_proj's
+    // bias), D skip and the SiLU(z) gate. The bias is the scan's (no pass over dt to add it); the tape's dt is without.
+    const Gemm dtProj = Gemm::forward(c.mode, b.xdbl.data(), d_.xdbl, R, w.matrix(L.dt_w), nullptr, b.dt.data(), E, 0.f);
     ScanArgs scan{b.dt.data(), negA(w, c.layer), b.xdbl.data() + d_.dt_rank, d_.xdbl, b.u.data(), b.xz.data() + E,
                   2 * E, w.vec(L.d), ssm, c.state_stride, rounded ? nullptr : b.gated.data(), c.B, c.T, E, d_.d_state};
     if (rounded) scan.out16 = Rounded16{b.gated16.data(), E, w.matrix(L.out_proj).dtype};
     scan.shape_independent = c.mode == GemmMode::Deterministic;
+    scan.dt_bias = w.vec(L.dt_b);
     const ScanCheckpoints ckpt{b.checkpoints.data(), kScanChunk};
     ops.selectiveScan(scan, &dtProj, tape ? &ckpt : nullptr);
 
@@ -125,6 +126,7 @@ void Mamba1::backwardLayer(Ops& ops, const WeightView& w, const WeightView& mast
     scan.dh_end = c.dend ? c.dend + d_.conv_state : nullptr;
     scan.dh_start = c.dstart ? c.dstart + d_.conv_state : nullptr;
     scan.dh_stride = c.state_stride;
+    scan.dt_bias = w.vec(L.dt_b);
     scan.ddt_bias = grad(L.dt_b);  // db_dt = Σ ddt
     // Where the products round their dy anyway, ddt and dz are written rounded, as dt_proj and in_proj read them
     // (dense 2-byte rows over their f32 buffers' first halves): no packing pass reads them again in f32.

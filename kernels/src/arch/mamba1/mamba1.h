@@ -3,7 +3,7 @@
 //   [x | z] = in_proj(RMSNorm(h))            x, z: [d_inner]
 //   u = SiLU(conv1d(x))                      causal depthwise conv, width d_conv, history carried
 //   [δ | B | C] = x_proj(u)                  δ: [dt_rank], B, C: [d_state]
-//   Δ = softplus(dt_proj(δ))                 [d_inner]
+//   Δ = softplus(dt_proj(δ))                 [d_inner]   (dt_proj's bias added by the scan)
 //   h_t = exp(Δ·A)·h_{t-1} + Δ·u·B,  y = h_t·C + D·u,   A = -exp(A_log)
 //   h += out_proj(y · SiLU(z))
 //
