@@ -235,32 +235,32 @@ __device__ __forceinline__ float startCarry(const ScanBackwardArgs& s, const Bac
 
 /**
  * One step of the walk back for a lane's NS states (the first `valid` of them real): with gn = G + dy·C = ∂L/∂h_t,
- * vC = dy·h_t and vB = gn·Δu are the lane's dC_t / dB_t terms, sGB = Σ gn·B and sDelta = Σ (gn·Ā·h_{t−1}·A + gn·B·u)
- * its shares of du and dΔ; dA += gn·Ā·h_{t−1}·Δ and G ← gn·Ā. Both backward kernels step through it.
+ * vC = dy·h_t and vB = gn·Δu are the lane's dC_t / dB_t terms, sGB = Σ gn·B and sGA = Σ gn·Ā·h_{t−1}·A its shares of
+ * du and dΔ — dΔ = Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) is formed after the lane sums as ΣsGA + u·ΣsGB, one product per
+ * channel instead of two per state; dA += gn·Ā·h_{t−1}·Δ and G ← gn·Ā. Both backward kernels step through it.
  */
 template <int NS, bool ALL>
 __device__ __forceinline__ void stepBack(float (&G)[NS], float (&gA)[NS], const float (&A)[NS], const float (&a2)[NS],
                                          const float (&h)[NS], const float (&h_prev)[NS], const float (&bv)[NS],
                                          const float (&cv)[NS], float delta, float u, float dy, int valid,
-                                         float (&vB)[NS], float (&vC)[NS], float& sGB, float& sDelta) {
+                                         float (&vB)[NS], float (&vC)[NS], float& sGB, float& sGA) {
     const float du = delta * u;
     sGB = 0.f;
-    sDelta = 0.f;
+    sGA = 0.f;
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
         vB[i] = 0.f;
         vC[i] = 0.f;
         if (ALL || i < valid) {
-            const float bn = bv[i], cn = cv[i];
-            const float gn = G[i] + dy * cn;  // ∂L/∂h_t
+            const float gn = fmaf(dy, cv[i], G[i]);  // ∂L/∂h_t
             vC[i] = dy * h[i];
             vB[i] = gn * du;
-            sGB += gn * bn;
-            const float e = scanDecay(delta, a2[i]);
-            const float gah = gn * e * h_prev[i];
-            sDelta += gah * A[i] + gn * bn * u;
-            gA[i] += gah * delta;
-            G[i] = gn * e;  // carried to h_{t−1}
+            sGB = fmaf(gn, bv[i], sGB);
+            const float ge = gn * scanDecay(delta, a2[i]);  // carried to h_{t−1}
+            const float gah = ge * h_prev[i];
+            sGA = fmaf(gah, A[i], sGA);
+            gA[i] = fmaf(gah, delta, gA[i]);
+            G[i] = ge;
         }
     }
 }
@@ -423,11 +423,10 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 const float dtr = dtp[q * E];
                 const float dy = gg.dy, dz = dout * yv * gg.g;
                 gD += dy * u;
-                float vB[NS], vC[NS], sGB, sDelta;
-                stepBack<NS, false>(G, gA, A, a2, hs[q + 1], hs[q], bv, cv, delta, u, dy, N - p.n0, vB, vC, sGB,
-                                    sDelta);
+                float vB[NS], vC[NS], sGB, sGA;
+                stepBack<NS, false>(G, gA, A, a2, hs[q + 1], hs[q], bv, cv, delta, u, dy, N - p.n0, vB, vC, sGB, sGA);
                 sGB = groupSum(sGB, S);
-                sDelta = groupSum(sDelta, S);
+                const float sDelta = fmaf(u, sGB, groupSum(sGA, S));
                 if (p.active && p.lane == 0) {
                     const int64_t r = rs + q;
                     const float ddt = sDelta * softplusGrad(dtr + dtb);
@@ -707,7 +706,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             const GateGrad gg = gateGrad(my_dout, my_z);
             // (a) the G chain through the quad's steps. What the steps leave for sums over lanes and channels is
             // kept, not reduced here: the reductions of four steps then run side by side in (b), off the chain.
-            float part[kQuad][3];  // this lane's shares of step q's y − D·u, Σ_n gn·B and dΔ/dsoftplus
+            float part[kQuad][3];  // this lane's shares of step q's y − D·u, Σ_n gn·B and Σ_n gn·Ā·h_{t−1}·A
             float vB[kQuad][NS], vC[kQuad][NS];
 #pragma unroll
             for (int q = kQuad - 1; q >= 0; --q) {
@@ -737,16 +736,13 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 for (int i = 0; i < NS; ++i) hn[i] = hp[i];
             }
             // (b) lane q of each channel gets step q's three sums over the channel's lanes; every step's dB_t / dC_t
-            // terms are halved over the warp's channels into this quad's table
+            // terms are halved over the warp's channels into this quad's table. (A lane past the last channel adds
+            // zeros: its stage columns are zero-filled, so its dy and u, and with them its vB and vC, are 0.)
             float mine[3];
             quadSums(part, p.lane, mine);
             float* const tq = table + (quads & 1) * kQuad * kWarps * 2 * N;
 #pragma unroll
             for (int q = 0; q < kQuad; ++q) {
-                if (!p.active) {
-#pragma unroll
-                    for (int i = 0; i < NS; ++i) vB[q][i] = vC[q][i] = 0.f;
-                }
                 int e;
                 const float v = halveOverChannels(vB[q], vC[q], tid % 32, &e);
                 tq[(q * kWarps + tid / 32) * 2 * N + e] = v;
@@ -755,7 +751,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 const int t = g0 + p.lane;
                 const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
                 const int64_t r = rg + p.lane;
-                const float ddt = mine[2] * softplusGrad(my_dtr);
+                const float ddt = fmaf(u, mine[1], mine[2]) * softplusGrad(my_dtr);
                 gDb += ddt;
                 s.du[r * E + p.d] = dskip * gg.dy + delta * mine[1];
                 storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
