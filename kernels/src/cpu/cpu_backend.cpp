@@ -71,17 +71,20 @@ float* workerScratch(int slot, int64_t n) {
 // ---- inference stages ----
 
 void CpuBackend::rmsnorm(const RmsNormArgs& a) {
+    checkRmsNormOutputs(a);
     const int d = a.d;
     parallelFor(a.rows, kMinParallelWork / std::max(1, d), [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(a.y ? 0 : d);  // y16: the row in f32, then rounded
         for (int64_t r = r0; r < r1; ++r) {
             const float* xr = a.x + r * a.ldx;
-            float* yr = a.y + r * a.ldy;
+            float* yr = a.y ? a.y + r * a.ldy : row.data();
             float ss = 0.f;
 #pragma omp simd reduction(+ : ss)
             for (int j = 0; j < d; ++j) ss += xr[j] * xr[j];
             const float scale = 1.f / std::sqrt(ss / static_cast<float>(d) + a.eps);
 #pragma omp simd
             for (int j = 0; j < d; ++j) yr[j] = a.w[j] * (xr[j] * scale);
+            if (!a.y) narrowFromF32(row.data(), a.y16.dtype == DTYPE_F16, static_cast<uint16_t*>(a.y16.data) + r * a.y16.ld, d);
         }
     });
 }

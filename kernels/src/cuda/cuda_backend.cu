@@ -329,6 +329,7 @@ void CudaBackend::synchronize() {
 // ---- inference stages ----
 
 void CudaBackend::rmsnorm(const RmsNormArgs& a) {
+    checkRmsNormOutputs(a);
     Lock lock(mu_);
     enter();
     cuda::rmsnorm(nextExec(), a);
@@ -337,14 +338,20 @@ void CudaBackend::rmsnorm(const RmsNormArgs& a) {
 namespace {
 void requireNormLinearContract(const RmsNormArgs& norm, const Gemm& linear) {
     if (linear.kind != GemmKind::Forward) fail("normLinear: the product must be a Forward product");
-    if (linear.a != norm.y) fail("normLinear: the product's input must be the rmsnorm's output");
+    checkRmsNormOutputs(norm);
+    if (norm.y16.data) {  // rounded rows: the product takes them as its rounded x
+        if (linear.a16 != norm.y16.data || linear.lda16 != norm.y16.ld)
+            fail("normLinear: the product's rounded x (a16, lda16) must be the rmsnorm's rounded output (y16)");
+    } else if (linear.a != norm.y) {
+        fail("normLinear: the product's input must be the rmsnorm's output");
+    }
     if (linear.rows != norm.rows)
         fail("normLinear: the product has " + std::to_string(linear.rows) + " rows, the rmsnorm " +
              std::to_string(norm.rows));
     if (linear.w.in != norm.d)
         fail("normLinear: the weight takes " + std::to_string(linear.w.in) + " inputs, the rmsnorm writes " +
              std::to_string(norm.d));
-    if (linear.rows > 1 && linear.lda != norm.ldy)
+    if (linear.rows > 1 && norm.y && linear.lda != norm.ldy)
         fail("normLinear: the product reads its input with stride " + std::to_string(linear.lda) +
              ", the rmsnorm writes stride " + std::to_string(norm.ldy));
 }
@@ -355,7 +362,8 @@ CudaBackend::NormFusion CudaBackend::normFusion(const RmsNormArgs& norm, const G
     // block 0 writes norm.y and every block writes y, so those may not overlap.
     const int64_t rows = linear.rows;
     const Matrix& w = linear.w;
-    if (!fuse_ || rows < 1 || linear.keep16) return NormFusion::kNone;  // (the fused kernels keep no rounded x)
+    // (the fused kernels keep no rounded x, and write no rounded rows)
+    if (!fuse_ || rows < 1 || linear.keep16 || norm.y16.data) return NormFusion::kNone;
     const void* wp = forwardStorage(w, "normLinear");
     NormFusion kind = NormFusion::kNone;
     if (linear.mode == GemmMode::Deterministic) {

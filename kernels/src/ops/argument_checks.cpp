@@ -64,6 +64,8 @@ void checkScanOutputs(const ScanArgs& s) {
     checkRoundedOutput("selectiveScan: out", s.out, s.out16, static_cast<int64_t>(s.batch) * s.steps, s.channels);
 }
 
+void checkRmsNormOutputs(const RmsNormArgs& a) { checkRoundedOutput("rmsnorm: y", a.y, a.y16, a.rows, a.d); }
+
 void checkConvOutputs(const ConvArgs& c) {
     if (!c.u16.data) return;
     checkRoundedOutput("convSilu: u16", nullptr, c.u16, static_cast<int64_t>(c.batch) * c.steps, c.channels);

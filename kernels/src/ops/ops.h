@@ -34,6 +34,18 @@ struct Capabilities {
     bool rounds_backward_operands = false;
 };
 
+/**
+ * An op's output written rounded to a 2-byte type (DTYPE_BF16/F16, round to nearest even) instead of in f32: for a
+ * gradient whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — the
+ * producer rounds as it writes, so no packing pass re-reads the f32 values. Row r of the output at data + r·ld
+ * elements. Unset (data null) means the f32 output.
+ */
+struct Rounded16 {
+    void* data = nullptr;
+    int64_t ld = 0;
+    int dtype = DTYPE_BF16;
+};
+
 /** y[r] = w ⊙ x[r] / sqrt(mean(x[r]²) + eps) for r < rows. */
 struct RmsNormArgs {
     const float* x;
@@ -44,6 +56,7 @@ struct RmsNormArgs {
     float eps;
     float* y;
     int64_t ldy;
+    Rounded16 y16{};  // or y written rounded (y null): the next product's x (Gemm::a16), as Mamba-1's rounded tape keeps it
 };
 
 /** Backward of rmsnorm: dx = beta·dx + ∂L/∂x; dw += Σ_r dy ⊙ x̂ (x̂ = x / rms), rows in order. */
@@ -60,18 +73,6 @@ struct RmsNormBackwardArgs {
     int64_t lddx;
     float beta;
     float* dw;
-};
-
-/**
- * An op's output written rounded to a 2-byte type (DTYPE_BF16/F16, round to nearest even) instead of in f32: for a
- * gradient whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — the
- * producer rounds as it writes, so no packing pass re-reads the f32 values. Row r of the output at data + r·ld
- * elements. Unset (data null) means the f32 output.
- */
-struct Rounded16 {
-    void* data = nullptr;
-    int64_t ld = 0;
-    int dtype = DTYPE_BF16;
 };
 
 /** Causal depthwise conv over T steps with carried history, then SiLU. */
@@ -431,7 +432,8 @@ public:
     virtual void rmsnorm(const RmsNormArgs& a) = 0;
     /**
      * Named fusion: rmsnorm(norm), then the Forward product `linear`, whose input must be norm.y (the
-     * normalised rows are also written there). Default: the two ops in sequence.
+     * normalised rows are also written there) — or, with norm.y16, its rounded x (Gemm::a16) must be norm.y16.
+     * Default: the two ops in sequence.
      */
     virtual void normLinear(const RmsNormArgs& norm, const Gemm& linear) {
         rmsnorm(norm);
@@ -557,8 +559,9 @@ void checkRoundedOutput(const char* what, const float* f32, const Rounded16& r, 
 void checkScanBackwardOutputs(const ScanBackwardArgs& s);
 /** checkRoundedOutput for the conv backward's dx. */
 void checkConvBackwardOutputs(const ConvBackwardArgs& c);
-/** checkRoundedOutput for the scan's out, and the optional u16 of a conv (BF16/F16, ld ≥ channels). */
+/** checkRoundedOutput for the scan's out, the rmsnorm's y and the optional u16 of a conv (BF16/F16, ld ≥ width). */
 void checkScanOutputs(const ScanArgs& s);
+void checkRmsNormOutputs(const RmsNormArgs& a);
 void checkConvOutputs(const ConvArgs& c);
 /** Checks a Forward product's rounded x (a16): BF16/F16 weight, no f32 x beside it, lda16 ≥ in, no keep16. */
 void checkRoundedInput(const Gemm& g);

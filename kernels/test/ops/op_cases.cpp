@@ -897,6 +897,56 @@ struct RoundedOut {
     }
 };
 
+/**
+ * The rmsnorm writing its rows rounded (RmsNormArgs::y16, as Mamba-1's rounded tape asks): the values against the double
+ * reference and bit for bit the rounding of the same backend's f32 rows. With out > 0, then the Forward product taking
+ * those rows as its rounded x (normLinear with y16 and Gemm::a16), against the double product of the rounded rows.
+ */
+Prepared rmsnormRoundedCase(Ops& ops, uint64_t seed, int64_t rows, int d, int dtype16, int out = 0) {
+    Rng rng(seed);
+    Prepared p = start(ops);
+    Arena* A = p.arena.get();
+    const int64_t ldx = d + 4, ldo = out + 2;
+    std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
+    shrinkSomeRows(x, rows, ldx, d);
+    const std::vector<float> w = uniform(rng, d, 0.5, 1.5);
+    const RoundedOut y16 = RoundedOut::poisoned(A, rows, d, dtype16);
+    RmsNormArgs a{A->put(x), ldx, A->put(w), rows, d, kNormEps, nullptr, 0};
+    a.y16 = y16.out;
+    const Weight wl = out > 0 ? putWeight(*A, rng, out, d, dtype16, 1.0 / std::sqrt(d), false) : Weight{};
+    float* dout = out > 0 ? A->poisoned(rows * ldo) : nullptr;
+    const Gemm lin = out > 0 ? Gemm::forward(GemmMode::Fast, nullptr, d, rows, wl.m, nullptr, dout, ldo, 0.f)
+                                   .withRoundedInput(y16.out.data, y16.out.ld)
+                             : Gemm{};
+    p.call = [&ops, a, lin, out] {
+        if (out > 0) ops.normLinear(a, lin);
+        else ops.rmsnorm(a);
+    };
+    const Vec want = ref::rmsnorm(dense(x, rows, ldx, d), rows, d, toDouble(w), kNormEps);
+    p.check = [=, &ops] {
+        RmsNormArgs f32 = a;  // the same rows in f32
+        f32.y16 = Rounded16{};
+        f32.y = A->poisoned(rows * d);
+        f32.ldy = d;
+        ops.rmsnorm(f32);
+        std::vector<Compare> c = y16.check(A, "y", rows, want, A->get(f32.y, rows * d));
+        if (out > 0) {  // the product of the rows as rounded
+            const std::vector<uint16_t> all = A->getHalf(y16.out.data, rows * y16.out.ld);
+            Vec xr;
+            for (int64_t r = 0; r < rows; ++r)
+                for (int k = 0; k < d; ++k) xr.push_back(halfToFloat(all[r * y16.out.ld + k], dtype16));
+            const Vec wantY = ref::gemmForward(xr, rows, wl.stored, out, d, {}, 0.0, {});
+            const std::vector<float> gy = A->get(dout, rows * ldo);
+            c.push_back(nmax("linear.y", strip(gy, rows, ldo, out), wantY, gemmTol(dtype16)));
+            c.push_back(padding("linear.y", gy, rows, ldo, out));
+        }
+        return c;
+    };
+    p.outputs = [=] { return Outputs{widenAll(A->getHalf(y16.out.data, rows * y16.out.ld), dtype16)}; };
+    p.bytes = 4.0 * rows * d + 2.0 * rows * d;
+    return p;
+}
+
 /** The conv against the double reference; with dtype16 BF16/F16 u is also written rounded (ConvArgs::u16). */
 Prepared convSiluCase(Ops& ops, uint64_t seed, int B, int T, int C, int K, int dtype16 = DTYPE_F32) {
     Rng rng(seed);
@@ -2256,6 +2306,16 @@ std::vector<Case> allCases() {
             add("rmsnorm", format("rows=%lld d=%d ld+%s", static_cast<long long>(rows), d, rows > 3 ? " tiny rows" : ""), DTYPE_F32, "-", NEED_NONE, false,
                 [=](Ops& o, uint64_t s) { return rmsnormCase(o, s, rows, d); });
     add("rmsnorm", "rows=512 d=768", DTYPE_F32, "-", NEED_NONE, true, [=](Ops& o, uint64_t s) { return rmsnormCase(o, s, 512, 768); });
+    // rows written rounded (Mamba-1's rounded tape): alone, and into a product that takes them (normLinear, a16)
+    for (int dtype16 : {DTYPE_BF16, DTYPE_F16})
+        for (int64_t rows : {1, 7, 100}) {
+            add("rmsnorm", format("rows=%lld d=%d y16", static_cast<long long>(rows), rows == 7 ? 1000 : 96), dtype16, "-",
+                NEED_NONE, false, [=](Ops& o, uint64_t s) { return rmsnormRoundedCase(o, s, rows, rows == 7 ? 1000 : 96, dtype16); });
+            add("normLinear", format("rows=%lld d=96 out=80 y16 (rounded x)", static_cast<long long>(rows)), dtype16, "fast",
+                NEED_LOWP, false, [=](Ops& o, uint64_t s) { return rmsnormRoundedCase(o, s, rows, 96, dtype16, 80); });
+        }
+    add("rmsnorm", "rows=16384 d=768 y16", DTYPE_BF16, "-", NEED_NONE, true,
+        [=](Ops& o, uint64_t s) { return rmsnormRoundedCase(o, s, 16384, 768, DTYPE_BF16); });
     for (int dtype : dtypes)
         for (GemmMode mode : {GemmMode::Fast, GemmMode::Reproducible, GemmMode::Deterministic})
             for (int64_t rows : {1, 5, 9, 64})

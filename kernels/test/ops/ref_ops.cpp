@@ -118,12 +118,13 @@ public:
     }
 
     void rmsnorm(const RmsNormArgs& a) override {
+        checkRmsNormOutputs(a);
         for (int64_t r = 0; r < a.rows; ++r) {
             const float* x = a.x + r * a.ldx;
             float ss = 0.f;
             for (int j = 0; j < a.d; ++j) ss += x[j] * x[j];
             const float rho = 1.f / std::sqrt(ss / a.d + a.eps);
-            for (int j = 0; j < a.d; ++j) a.y[r * a.ldy + j] = a.w[j] * x[j] * rho;
+            for (int j = 0; j < a.d; ++j) store(a.y, a.ldy, a.y16, r, j, a.w[j] * x[j] * rho);
         }
     }
 

@@ -20,7 +20,7 @@ struct Mamba1Buffers final : LayerBuffers {
     Buffer gated;        // y · SiLU(z)                      [d_inner]
     Buffer checkpoints;  // tape: h before every kScanChunk steps
     // BufferUse::TapeRounded: the products' inputs as they rounded them (2-byte values, dense rows), read by the
-    // weight gradients. normed is then only the forward's (in the backward scratch), gated is not written in f32.
+    // weight gradients; normed and gated are then not written in f32.
     bool rounded = false;
     Buffer normed16;     // [d_model]
     Buffer u16;          // [d_inner]
@@ -67,20 +67,24 @@ void Mamba1::forwardLayer(Ops& ops, const WeightView& w, const LayerCall& c, Lay
     const int D = d_.d_model, E = d_.d_inner;
     float* conv_hist = c.state;              // row b at + b·state_stride
     float* ssm = c.state + d_.conv_state;
-    // A rounded tape keeps the products' inputs as they rounded them: in_proj's product leaves normed rounded, the conv
-    // writes u also rounded and the scan writes the gated output only rounded, and x_proj and out_proj take those
-    // (no packing pass). normed then lives in the scratch.
+    // A rounded tape keeps the products' inputs as they rounded them, written so by their producers: the RMSNorm
+    // writes normed only rounded, the conv writes u also rounded and the scan writes the gated output only rounded,
+    // and in_proj, x_proj and out_proj take those (no packing pass, no f32 normed or gated).
     const bool rounded = tape && b.rounded;
-    float* normed = rounded ? cast(*c.scratch).normed.data() : b.normed.data();
-    const Gemm inProj = Gemm::forward(c.mode, normed, D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f);
+    RmsNormArgs norm{c.resid, D, w.vec(L.norm), R, D, d_.eps, b.normed.data(), D};
+    Gemm inProj = Gemm::forward(c.mode, norm.y, D, R, w.matrix(L.in_proj), nullptr, b.xz.data(), 2 * E, 0.f);
+    if (rounded) {
+        norm.y = nullptr;
+        norm.y16 = Rounded16{b.normed16.data(), D, w.matrix(L.in_proj).dtype};
+        inProj = inProj.withRoundedInput(b.normed16.data(), D);
+    }
 
     // [x | z] = in_proj(RMSNorm(h)), then u = SiLU(conv1d(x)) with the history carried: a named fusion, a backend
     // may normalise inside the product and (decode) run the conv step in its epilogue.
     ConvArgs conv{b.xz.data(), 2 * E, w.vec(L.conv_w), w.vec(L.conv_b), conv_hist, c.state_stride, b.u.data(), E,
                   c.B, c.T, E, d_.d_conv};
     if (rounded) conv.u16 = Rounded16{b.u16.data(), E, w.matrix(L.x_proj).dtype};
-    ops.normLinearConv(RmsNormArgs{c.resid, D, w.vec(L.norm), R, D, d_.eps, normed, D},
-                       rounded ? inProj.keepingRoundedX(b.normed16.data()) : inProj, conv);
+    ops.normLinearConv(norm, inProj, conv);
 
     // [δ | B | C] = x_proj(u)
     const Gemm xProj = Gemm::forward(c.mode, b.u.data(), E, R, w.matrix(L.x_proj), nullptr, b.xdbl.data(), d_.xdbl, 0.f);
