@@ -486,13 +486,16 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 // A channel's per-step scalar work (the softplus, the gate's values, the du / ddt / dz stores) is done by one of its
 // lanes per step: lane q takes step q of every 4, handing Δ, u and dy round by shuffles or shared memory.
 // The walk takes 4 steps (a quad) at a time: first the chain G ← (G + dy·C)·Ā through them, keeping what each step
-// leaves for sums; then those sums, four steps side by side (a step's own reductions in a row were chains of dependent
-// shuffles that stalled the warp). du's, dΔ's and y's sums over a channel's lanes: quadSums (lane q gets step q's).
+// leaves for sums; then those sums, four steps side by side. du's, dΔ's and y's sums over a channel's lanes: quadSums
+// (lane q gets step q's; 9 shuffles a quad where three groupSums a step took 24). Against each step reducing its own
+// sums in a row it measured the same (H100, B 8 × T 2,048: 1,043 vs 1,028 µs, on two machines): under ncu the kernel
+// is issue-bound (64–67% of the issue slots, 2.7 warps per scheduler), so latency hidden is not time saved — fewer
+// instructions are.
 // dB_t, dC_t: a step's 4 + 4 terms per lane are halved over the warp's 8 channels (halveOverChannels: 7 shuffles, each
 // lane left with one of the 32 sums), written to a table [4 steps][4 warps][2N] (two of them, alternating by quad, so
-// one barrier per quad suffices); then thread k adds its value over the 4 warps in order. (A table of every lane's terms, [4 steps][32 channels][2N],
-// summed down its columns, costs 16 shared-memory wavefronts per warp-step against 9 here, and 72 KB against 58 —
-// yet ran as fast: H100, B 8 × T 2,048, 1,032 vs 1,028 µs, so the shared-memory pipe is not what bounds this kernel.
+// one barrier per quad suffices); then thread k adds its value over the 4 warps in order. (A table of every lane's
+// terms, [4 steps][32 channels][2N], summed down its columns, costs 16 shared-memory wavefronts per warp-step against 9
+// here, and 72 KB against 58 — yet ran as fast: H100, B 8 × T 2,048, 1,032 vs 1,028 µs, so the shared-memory pipe is not what bounds this kernel.
 // Nor are the warps per SM: 4 blocks per SM (56 KB, the state before a chunk kept in registers) took 1,050 µs.)
 constexpr int kPiece = 16;  // the longest chunk this kernel walks; longer ones go to the general kernel
 constexpr int kQuad = 4;    // steps per table fill = lanes per channel (lane q takes step q)
