@@ -384,6 +384,10 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
         prepare(0);
     }
     __syncthreads();
+    // The checkpoints: steps walked since the last one, and where the next one goes (counters, not a division per
+    // group of steps: the integer % and / were a sizeable share of the walkers' instructions).
+    int ck_into = 0;
+    float* ck_at = ck;
     for (int t = 0; t < tiles; ++t) {
         if (walker) {
             float* tile = buffer(t);
@@ -391,22 +395,20 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
             for (int j0 = 0; j0 < steps;) {
                 int room = steps - j0;  // steps before the tile's end or the next checkpoint
                 if (ck) {
-                    const int r = t * L + j0, into = r % k.ck_chunk;
-                    if (into == 0 && active) {
-                        float* c = ck + static_cast<int64_t>(r / k.ck_chunk) * E * N;
+                    if (ck_into == 0) {
+                        if (active)
 #pragma unroll
-                        for (int i = 0; i < NS; ++i)
-                            if (n0 + i < N) c[n0 + i] = h[i];
+                            for (int i = 0; i < NS; ++i)
+                                if (n0 + i < N) ck_at[n0 + i] = h[i];
+                        ck_at += static_cast<int64_t>(E) * N;
                     }
-                    room = min(room, k.ck_chunk - into);
+                    room = min(room, k.ck_chunk - ck_into);
                 }
-                if (room >= G) {
-                    walk(tile, j0, std::integral_constant<int, G>{});
-                    j0 += G;
-                } else {
-                    walk(tile, j0, std::integral_constant<int, 1>{});
-                    ++j0;
-                }
+                const int n = room >= G ? G : 1;
+                if (n == G) walk(tile, j0, std::integral_constant<int, G>{});
+                else walk(tile, j0, std::integral_constant<int, 1>{});
+                j0 += n;
+                if (ck && (ck_into += n) == k.ck_chunk) ck_into = 0;
             }
         } else {
             if (t > 0) store(t - 1);
