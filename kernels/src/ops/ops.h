@@ -36,9 +36,9 @@ struct Capabilities {
 
 /**
  * An op's output written rounded to a 2-byte type (DTYPE_BF16/F16, round to nearest even) instead of in f32: for a
- * gradient whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — the
- * producer rounds as it writes, so no packing pass re-reads the f32 values. Row r of the output at data + r·ld
- * elements. Unset (data null) means the f32 output.
+ * value whose only reader is a product that rounds it anyway (roundsOperandsOf) and takes it as Gemm::a16 — a
+ * gradient, or an activation the rounded training tape keeps — the producer rounds as it writes, so no packing pass
+ * re-reads the f32 values. Row r of the output at data + r·ld elements. Unset (data null) means the f32 output.
  */
 struct Rounded16 {
     void* data = nullptr;
