@@ -30,6 +30,15 @@ __device__ __forceinline__ float scanUpdate(float h, float a2, float delta, floa
     return fmaf(scanDecay(delta, a2), h, __fmul_rn(du, b));
 }
 
+/**
+ * Channel d's dt bias (ScanArgs / ScanBackwardArgs::dt_bias: Δ = softplus(dt + dt_bias)), or 0 without one: dt + 0 is
+ * dt for softplus and softplus', so a scan without a bias keeps its bits.
+ */
+template <class Args>
+__device__ __forceinline__ float dtBias(const Args& s, int d) {
+    return s.dt_bias ? s.dt_bias[d] : 0.f;
+}
+
 /** Row, channel and state of a flat index over [batch][channels][d_state] (one thread per state element). */
 struct StateIndex {
     int b, d, n;

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
     for (int i = 0; i < NS; ++i) h[i] = (k.mode != kChunkLocal && n0 + i < N) ? hsrc[n0 + i] : 0.f;
 
     const float dskip = s.d_skip[d];
-    const float dt_bias = s.dt_bias ? s.dt_bias[d] : 0.f;  // dt + 0 is dt for softplus
+    const float dt_bias = dtBias(s, d);
     const int t0 = c * k.chunk;
     const int t1 = min(s.steps, t0 + k.chunk);
     const int64_t r0 = static_cast<int64_t>(b) * s.steps;
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(WALKERS + COPIERS) scanWalkStaged(ScanKernelAr
         for (int e = tid; e < stepsOf(t) * per_block; e += COPIERS) {
             const int c = e % per_block;
             float* rec = tile + (e / per_block) * W + c;
-            rec[0] = softplusf(rec[0] + (s.dt_bias && d0 + c < E ? s.dt_bias[d0 + c] : 0.f));
+            rec[0] = softplusf(rec[0] + (d0 + c < E ? dtBias(s, d0 + c) : 0.f));
             rec[2 * per_block] = siluf(rec[2 * per_block]);
         }
     };

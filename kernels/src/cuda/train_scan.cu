@@ -54,9 +54,6 @@ constexpr int kBackwardMinBlocks = NS == 4 ? 4 : 2;
 // 1/y correctly rounded is one MUFU reciprocal plus a fix-up; the same bits as the IEEE division 1.f / y.
 __device__ __forceinline__ float sigmoidf(float x) { return __frcp_rn(1.f + expf(-x)); }
 
-/** Channel d's dt bias (ScanBackwardArgs::dt_bias), or 0: dt + 0 is dt for softplus and softplus'. */
-__device__ __forceinline__ float dtBias(const ScanBackwardArgs& s, int d) { return s.dt_bias ? s.dt_bias[d] : 0.f; }
-
 /** softplus'(x) = σ(x), with softplusf's cut-off (softplus(x) = x above 20). */
 __device__ __forceinline__ float softplusGrad(float x) { return x > 20.f ? 1.f : sigmoidf(x); }
 

@@ -19,6 +19,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <limits>
+#include <utility>
 #include <stdexcept>
 
 namespace optest {
@@ -511,14 +512,19 @@ Prepared linearBackwardRoundedCase(Ops& ops, uint64_t seed, int dtype, int64_t r
 
 // ================================================================ norms
 
+/** An rmsnorm case's rows x ([rows, ldx], some rows shrunk toward eps) and weight w [d]. */
+std::pair<std::vector<float>, std::vector<float>> rmsnormInputs(Rng& rng, int64_t rows, int64_t ldx, int d) {
+    std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
+    shrinkSomeRows(x, rows, ldx, d);
+    return {x, uniform(rng, d, 0.5, 1.5)};
+}
+
 Prepared rmsnormCase(Ops& ops, uint64_t seed, int64_t rows, int d) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
     const int64_t ldx = d + 4, ldy = d + 2;
-    std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
-    shrinkSomeRows(x, rows, ldx, d);
-    const std::vector<float> w = uniform(rng, d, 0.5, 1.5);
+    const auto [x, w] = rmsnormInputs(rng, rows, ldx, d);
     float* dy = A->poisoned(rows * ldy);
     const RmsNormArgs a{A->put(x), ldx, A->put(w), rows, d, kNormEps, dy, ldy};
     p.call = [&ops, a] { ops.rmsnorm(a); };
@@ -907,9 +913,7 @@ Prepared rmsnormRoundedCase(Ops& ops, uint64_t seed, int64_t rows, int d, int dt
     Prepared p = start(ops);
     Arena* A = p.arena.get();
     const int64_t ldx = d + 4, ldo = out + 2;
-    std::vector<float> x = padded(rng, rows, ldx, d, -2, 2);
-    shrinkSomeRows(x, rows, ldx, d);
-    const std::vector<float> w = uniform(rng, d, 0.5, 1.5);
+    const auto [x, w] = rmsnormInputs(rng, rows, ldx, d);
     const RoundedOut y16 = RoundedOut::poisoned(A, rows, d, dtype16);
     RmsNormArgs a{A->put(x), ldx, A->put(w), rows, d, kNormEps, nullptr, 0};
     a.y16 = y16.out;
