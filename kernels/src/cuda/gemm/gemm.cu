@@ -127,11 +127,15 @@ const void* forwardStorage(const Matrix& w, const char* op) {
 void CudaBackend::gemm(const Gemm& g) {
     Lock lock(mu_);
     enter();
-    if (g.a16 && g.kind == GemmKind::Forward) gemmForwardRounded(nextExec(), g);
-    else runGemm(g);
+    runGemm(g);
 }
 
 void CudaBackend::runGemm(const Gemm& g) {
+    // a forward product given its x already rounded (Gemm::a16) has its own path; every caller comes through here
+    if (g.a16 && g.kind == GemmKind::Forward) {
+        gemmForwardRounded(nextExec(), g);
+        return;
+    }
     validate(g);
     if (g.rows == 0) return;
     switch (g.kind) {
