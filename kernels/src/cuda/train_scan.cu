@@ -231,25 +231,29 @@ __device__ __forceinline__ float startCarry(const ScanBackwardArgs& s, const Bac
 }
 
 /**
- * One step of the walk back for a lane's NS states (the first `valid` of them real): gn = G + dy·C = ∂L/∂h_t (left
- * in gn: the caller forms the dB_t / dC_t terms gn·Δu and dy·h_t its own way), sGB = Σ gn·B and sGA = Σ gn·Ā·h_{t−1}·A
- * the lane's shares of du and dΔ — dΔ = Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) is formed after the lane sums as ΣsGA + u·ΣsGB,
- * one product per channel instead of two per state; dA += gn·Ā·h_{t−1}·Δ and G ← gn·Ā. Both backward kernels step
- * through it.
+ * One step of the walk back for a lane's NS states (the first `valid` of them real): with gn = G + dy·C = ∂L/∂h_t,
+ * vC = dy·h_t and vB = gn·Δu are the lane's dC_t / dB_t terms, sGB = Σ gn·B and sGA = Σ gn·Ā·h_{t−1}·A its shares of
+ * du and dΔ — dΔ = Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) is formed after the lane sums as ΣsGA + u·ΣsGB, one product per
+ * channel instead of two per state; dA += gn·Ā·h_{t−1}·Δ and G ← gn·Ā. Both backward kernels step through it.
  */
 template <int NS, bool ALL>
 __device__ __forceinline__ void stepBack(float (&G)[NS], float (&gA)[NS], const float (&A)[NS], const float (&a2)[NS],
-                                         const float (&h_prev)[NS], const float (&bv)[NS], const float (&cv)[NS],
-                                         float delta, float dy, int valid, float (&gn)[NS], float& sGB, float& sGA) {
+                                         const float (&h)[NS], const float (&h_prev)[NS], const float (&bv)[NS],
+                                         const float (&cv)[NS], float delta, float u, float dy, int valid,
+                                         float (&vB)[NS], float (&vC)[NS], float& sGB, float& sGA) {
+    const float du = delta * u;
     sGB = 0.f;
     sGA = 0.f;
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-        gn[i] = 0.f;
+        vB[i] = 0.f;
+        vC[i] = 0.f;
         if (ALL || i < valid) {
-            gn[i] = fmaf(dy, cv[i], G[i]);  // ∂L/∂h_t
-            sGB = fmaf(gn[i], bv[i], sGB);
-            const float ge = gn[i] * scanDecay(delta, a2[i]);  // carried to h_{t−1}
+            const float gn = fmaf(dy, cv[i], G[i]);  // ∂L/∂h_t
+            vC[i] = dy * h[i];
+            vB[i] = gn * du;
+            sGB = fmaf(gn, bv[i], sGB);
+            const float ge = gn * scanDecay(delta, a2[i]);  // carried to h_{t−1}
             const float gah = ge * h_prev[i];
             sGA = fmaf(gah, A[i], sGA);
             gA[i] = fmaf(gah, delta, gA[i]);
@@ -416,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                 const float dtr = dtp[q * E];
                 const float dy = gg.dy, dz = dout * yv * gg.g;
                 gD += dy * u;
-                float gn[NS], sGB, sGA;
-                stepBack<NS, false>(G, gA, A, a2, hs[q], bv, cv, delta, dy, N - p.n0, gn, sGB, sGA);
+                float vB[NS], vC[NS], sGB, sGA;
+                stepBack<NS, false>(G, gA, A, a2, hs[q + 1], hs[q], bv, cv, delta, u, dy, N - p.n0, vB, vC, sGB, sGA);
                 sGB = groupSum(sGB, S);
                 const float sDelta = fmaf(u, sGB, groupSum(sGA, S));
                 if (p.active && p.lane == 0) {
@@ -429,13 +433,9 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
                     storeGrad(s.dz, s.lddz, s.dz16, r, p.d, dz);
                 }
                 // dB_t, dC_t: this block's channels, in a fixed order
-                float vB[NS], vC[NS];
-                const float du_step = delta * u;
+                if (!p.active) {
 #pragma unroll
-                for (int i = 0; i < NS; ++i) {
-                    const bool real = p.active && p.n0 + i < N;
-                    vB[i] = real ? gn[i] * du_step : 0.f;
-                    vC[i] = real ? dy * hs[q + 1][i] : 0.f;
+                    for (int i = 0; i < NS; ++i) vB[i] = vC[i] = 0.f;
                 }
                 float* rb = red + ((parity * SUB + q) * kWarps + warp) * 2 * N;
 #pragma unroll
@@ -474,26 +474,28 @@ __global__ void __launch_bounds__(kThreads, kBackwardMinBlocks<NS>)
 //
 // 4 lanes × 4 states per channel, 32 channels per block, chunks of at most kPiece steps (Mamba-1's training tape keeps
 // a checkpoint every 16: arch/mamba1). Per chunk, in reverse:
-//  1. re-run it from its checkpoint, keeping EVERY state in shared memory, with each step's Δ, Δu and the gate's dy
-//     and SiLU'(z) (lane q of a channel takes step q of every 4);
-//  2. dC_t = Σ_channels dy·h_t, read from there by the whole block (channelSums);
-//  3. walk it back, reading the states — each state is recomputed once — and leaving each step's gn = ∂L/∂h_t in the
-//     slot of h_t, which the walk no longer needs;
-//  4. dB_t = Σ_channels gn·Δu, read from there (channelSums).
+//  1. re-run it from its checkpoint, keeping EVERY state (and each step's Δ) in shared memory;
+//  2. walk it back, reading them — each state is recomputed once.
 // The chunk's inputs (dt, u, dout, z of the block's channels and the row's B_t / C_t) are staged in shared memory by
 // cp.async while the chunk before it is walked (two stages, one chunk ahead). Read where they are used, these loads left
 // ≈ 4.5 KB in flight per SM — a few hundred bytes per warp, one HBM round trip per 4 steps — far below what keeps the
 // memory busy; staged, every block has its next chunk's 10 KB in flight while it computes.
+// A channel's per-step scalar work (the softplus, the gate's values, the du / ddt / dz stores) is done by one of its
+// lanes per step: lane q takes step q of every 4, handing Δ, u and dy round by shuffles or shared memory.
 // The walk takes 4 steps (a quad) at a time: first the chain G ← (G + dy·C)·Ā through them, keeping what each step
-// leaves for sums over the channel's lanes; then those sums, four steps side by side (quadSums: lane q gets step q's;
-// 9 shuffles a quad where three groupSums a step took 24). Under ncu the kernel is issue-bound (64–67% of the issue
-// slots, 2.7 warps per scheduler, H100), so fewer instructions is what pays, not latency hidden.
-// dB_t and dC_t are sums over channels of per-state products. Summed in the walk (each lane's terms halved over its
-// warp's channels by 7 shuffles and 14 selects, then the warps through a table, a barrier every 4 steps) they took
-// ≈ 40 of the ≈ 210 instructions a warp issued per step; as two passes over the states in shared memory, thread
-// (step, state quad, parity) adding its 16 channels' products in order, they take ≈ 14, and the walk has no barrier.
+// leaves for sums; then those sums, four steps side by side. du's, dΔ's and y's sums over a channel's lanes: quadSums
+// (lane q gets step q's; 9 shuffles a quad where three groupSums a step took 24). Against each step reducing its own
+// sums in a row it measured the same (H100, B 8 × T 2,048: 1,043 vs 1,028 µs, on two machines): under ncu the kernel
+// is issue-bound (64–67% of the issue slots, 2.7 warps per scheduler), so latency hidden is not time saved — fewer
+// instructions are.
+// dB_t, dC_t: a step's 4 + 4 terms per lane are halved over the warp's 8 channels (halveOverChannels: 7 shuffles, each
+// lane left with one of the 32 sums), written to a table [4 steps][4 warps][2N] (two of them, alternating by quad, so
+// one barrier per quad suffices); then thread k adds its value over the 4 warps in order. (A table of every lane's
+// terms, [4 steps][32 channels][2N], summed down its columns, costs 16 shared-memory wavefronts per warp-step against 9
+// here, and 72 KB against 58 — yet ran as fast: H100, B 8 × T 2,048, 1,032 vs 1,028 µs, so the shared-memory pipe is not what bounds this kernel.
+// Nor are the warps per SM: 4 blocks per SM (56 KB, the state before a chunk kept in registers) took 1,050 µs.)
 constexpr int kPiece = 16;  // the longest chunk this kernel walks; longer ones go to the general kernel
-constexpr int kQuad = 4;    // steps per quad = lanes per channel (lane q takes step q)
+constexpr int kQuad = 4;    // steps per table fill = lanes per channel (lane q takes step q)
 constexpr int kBackward16MinBlocks = 3;
 
 /** One chunk's inputs in shared memory: dt, u, dout, z as [kPiece][32 channels], then the row's [kPiece][B_t | C_t]. */
@@ -508,20 +510,38 @@ struct Stage16 {
     __device__ float* bc() const { return base + 4 * kChannelFloats; }
 };
 
-/** A chunk's per-(step, channel) values the re-run leaves for the walk and the channel sums: [kPiece][32] each. */
-struct StepCache16 {
-    static constexpr int kArrays = 4;
-    float* base;
-    __device__ float* delta() const { return base; }
-    __device__ float* du() const { return base + kPiece * kFullChannels; }       // Δ·u
-    __device__ float* dy() const { return base + 2 * kPiece * kFullChannels; }   // dout·SiLU(z)
-    __device__ float* gate() const { return base + 3 * kPiece * kFullChannels; }  // SiLU'(z)
-};
-
-/** Floats of the d_state-16 kernel's shared memory: the chunk's states, the step cache, two stages (62 KB: 3 blocks
- * per SM). */
+/**
+ * Floats of the d_state-16 kernel's shared memory: the chunk's states, the Δ cache, the dB/dC table's two halves and
+ * two stages (60 KB: 3 blocks per SM).
+ */
 constexpr int64_t backward16SmemFloats() {
-    return (kPiece + 1) * 4 * kThreads + StepCache16::kArrays * kPiece * kFullChannels + 2 * Stage16::kFloats;
+    return (kPiece + 1) * 4 * kThreads + kPiece * kFullChannels + 2 * kQuad * kWarps * 32 + 2 * Stage16::kFloats;
+}
+
+/**
+ * A lane's dB_t (vB, states 4l … 4l+3 of its quad lane l) and dC_t (vC) terms summed over the warp's 8 channels by
+ * recursive halving: at each level the lane keeps half of its values, sends the other half to the lane of the
+ * partner channel (xor 4, 8, 16) and adds what comes back (a + b = b + a: both partners hold the same sum). Left in
+ * each lane: value e = 16·(lane bit 2) + 4·l + 2·(bit 3) + (bit 4) of 2N = 32 (dB for e < 16), the channels added as
+ * ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)). Returns the sum; *e gets its index.
+ */
+__device__ __forceinline__ float halveOverChannels(const float (&vB)[4], const float (&vC)[4], int lane, int* e) {
+    const bool b2 = lane & 4, b3 = lane & 8, b4 = lane & 16;
+    float v4[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // keep C (bit 2 set) or B, send the other
+        const float keep = b2 ? vC[i] : vB[i], send = b2 ? vB[i] : vC[i];
+        v4[i] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    }
+    float v2[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {  // keep states 2, 3 (bit 3 set) or 0, 1
+        const float keep = b3 ? v4[2 + i] : v4[i], send = b3 ? v4[i] : v4[2 + i];
+        v2[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+    }
+    const float keep = b4 ? v2[1] : v2[0], send = b4 ? v2[0] : v2[1];
+    *e = (b2 ? 16 : 0) + (lane & 3) * 4 + (b3 ? 2 : 0) + (b4 ? 1 : 0);
+    return keep + __shfl_xor_sync(0xffffffffu, send, 16);
 }
 
 /**
@@ -545,36 +565,6 @@ __device__ __forceinline__ void quadSums(const float (&v)[kQuad][3], int lane, f
         const float keep = odd ? w[1][k] : w[0][k], send = odd ? w[0][k] : w[1][k];
         out[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
     }
-}
-
-/**
- * One of dB_t / dC_t for the block's channels: out[t][4·sq + i] = Σ_c coef[t][c]·x[t + 1][c][sq][i] over the block's
- * 32 channels c, x the [kPiece + 1][32 channels × 4 lanes] float4 slots of the states (or of gn). Thread
- * (t, sq, parity) = tid / 8, (tid / 2) % 4, tid % 2 adds the channels of its parity in order by fma; then even + odd.
- * Each quarter warp reads one step's 8 (state quad, parity) slots: 8 different 16-byte bank groups, no conflicts.
- * Written to the block's partial row o.pbc[chb][r][off + 4·sq …] (off: 0 for dB, N for dC). Every thread must call.
- */
-__device__ __forceinline__ void channelSums(const float4* x, const float* coef, int len, float* pbc_row0, int off) {
-    const int tid = threadIdx.x, t = tid / 8, sq = (tid / 2) % 4, parity = tid % 2;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (t < len) {
-        const float4* xs = x + (t + 1) * kThreads + parity * 4 + sq;
-        const float* cs = coef + t * kFullChannels + parity;
-#pragma unroll
-        for (int j = 0; j < kFullChannels / 2; ++j) {
-            const float w = cs[2 * j];
-            const float4 v = xs[j * 8];
-            acc.x = fmaf(w, v.x, acc.x);
-            acc.y = fmaf(w, v.y, acc.y);
-            acc.z = fmaf(w, v.z, acc.z);
-            acc.w = fmaf(w, v.w, acc.w);
-        }
-    }
-    const float4 odd = make_float4(__shfl_xor_sync(0xffffffffu, acc.x, 1), __shfl_xor_sync(0xffffffffu, acc.y, 1),
-                                   __shfl_xor_sync(0xffffffffu, acc.z, 1), __shfl_xor_sync(0xffffffffu, acc.w, 1));
-    if (t < len && parity == 0)
-        *reinterpret_cast<float4*>(pbc_row0 + t * 32 + off + 4 * sq) =
-            make_float4(acc.x + odd.x, acc.y + odd.y, acc.z + odd.z, acc.w + odd.w);
 }
 
 /**
@@ -622,11 +612,13 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int64_t R = static_cast<int64_t>(s.batch) * T;
     const Place p = place(L, E, NS, o.groups);
     const int tid = threadIdx.x;
-    const int ch = tid / kQuad;  // the channel within the block
-    const int d0 = p.chb * C;    // the block's first channel
-    float4* hist = smem4;        // [kPiece + 1][kThreads]: the chunk's states; the walk leaves gn_t in slot t + 1
-    const StepCache16 sc{reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads)};
-    float* const stage0 = sc.base + StepCache16::kArrays * kPiece * C;  // two Stage16s: chunk c in stage c % 2
+    const int ch = tid / kQuad;                                          // the channel within the block
+    const int lane0 = (tid % 32) & ~(kQuad - 1);                         // its first lane in the warp
+    const int d0 = p.chb * C;                                            // the block's first channel
+    float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the chunk's states
+    float* dcache = reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads);  // [kPiece][C]: Δ
+    float* table = dcache + kPiece * C;                                  // 2 × [kQuad][kWarps][2N]: dB_t / dC_t per warp
+    float* const stage0 = table + 2 * kQuad * kWarps * 2 * N;          // two Stage16s: chunk c in stage c % 2
     auto stageOf = [&](int c) { return Stage16{stage0 + (c & 1) * Stage16::kFloats}; };
 
     float a2[NS], A[NS], G[NS], gA[NS];
@@ -655,43 +647,36 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     stageFor(c_last);
     cpAsyncCommit();
     float4 ck_next = checkpoint(c_last);
+    int quads = 0;  // quads walked: the table half the next one fills
     for (int c = c_last; c >= c_first; --c) {
         const int ta = c * K, len = min(K, T - ta);
         const float4 ck4 = ck_next;
-        // the block's partial dB_t | dC_t rows of this chunk
-        float* const pbc_rows = o.pbc + (static_cast<int64_t>(p.chb) * R + row0 + ta) * 2 * N;
         if (c > c_first) {  // the next chunk's inputs fly while this one is walked
             stageFor(c - 1);
             ck_next = checkpoint(c - 1);
         }
         cpAsyncCommit();
         cpAsyncWait<1>();
-        __syncthreads();  // this chunk's stage is in; the last chunk's dB pass has read the states and the step cache
+        __syncthreads();
         const Stage16 st = stageOf(c);
 
-        // 1. re-run the chunk from its checkpoint: lane q's softplus and gate of step q of each quad, handed round;
-        // hist[j + 1] = the state after step ta + j
+        // 1. re-run the chunk from its checkpoint: loads of 4 steps first, then lane q's softplus of step q (and u)
+        // handed round; hist[j + 1] = the state after step ta + j
         float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
         hist[tid] = ck4;
         for (int g0 = 0; g0 < len; g0 += kQuad) {
             const int cnt = min(kQuad, len - g0);
-            float my_delta = 0.f, my_du = 0.f;
+            float my_delta = 0.f, my_u = 0.f;
             if (p.lane < cnt) {
-                const int at = (g0 + p.lane) * C + ch;
-                my_delta = softplusf(st.dt()[at] + dtb);
-                my_du = my_delta * st.u()[at];
-                const GateGrad gg = gateGrad(st.dout()[at], st.z()[at]);
-                sc.delta()[at] = my_delta;
-                sc.du()[at] = my_du;
-                sc.dy()[at] = gg.dy;
-                sc.gate()[at] = gg.g;
+                my_delta = softplusf(st.dt()[(g0 + p.lane) * C + ch] + dtb);
+                my_u = st.u()[(g0 + p.lane) * C + ch];
+                dcache[(g0 + p.lane) * C + ch] = my_delta;
             }
-            const int lane0 = (tid % 32) & ~(kQuad - 1);  // the channel's first lane in the warp
 #pragma unroll
             for (int q = 0; q < kQuad; ++q) {
                 if (q < cnt) {
                     const float delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
-                    const float du = __shfl_sync(0xffffffffu, my_du, lane0 | q);
+                    const float du = delta * __shfl_sync(0xffffffffu, my_u, lane0 | q);
                     const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + (g0 + q) * 32 + p.n0);
                     const float bv[NS] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
@@ -700,29 +685,37 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 }
             }
         }
-        __syncthreads();  // every channel's states and dy are in
+        __syncwarp();  // a channel's Δ cache and states are written by its own lanes, all in one warp
 
-        // 2. dC_t over the block's channels, from the states
-        channelSums(hist, sc.dy(), len, pbc_rows, N);
-        __syncthreads();  // read before the walk overwrites the states with gn
-
-        // 3. the walk back
+        // 2. the walk back
         float hn[NS];  // h_t of the step being walked: the state after it
         {
             const float4 v = hist[len * kThreads + tid];
             hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
         }
-        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad) {
+        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad, ++quads) {
             const int cnt = min(kQuad, len - g0);
-            // (a) the G chain through the quad's steps. What the steps leave for sums over the channel's lanes is
+            const int64_t rg = row0 + ta + g0;
+            // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
+            float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f;
+            if (p.lane < cnt) {
+                my_dout = st.dout()[(g0 + p.lane) * C + ch];
+                my_z = st.z()[(g0 + p.lane) * C + ch];
+                my_dtr = st.dt()[(g0 + p.lane) * C + ch] + dtb;
+            }
+            const GateGrad gg = gateGrad(my_dout, my_z);
+            // (a) the G chain through the quad's steps. What the steps leave for sums over lanes and channels is
             // kept, not reduced here: the reductions of four steps then run side by side in (b), off the chain.
             float part[kQuad][3];  // this lane's shares of step q's y − D·u, Σ_n gn·B and Σ_n gn·Ā·h_{t−1}·A
+            float vB[kQuad][NS], vC[kQuad][NS];
 #pragma unroll
             for (int q = kQuad - 1; q >= 0; --q) {
                 part[q][0] = part[q][1] = part[q][2] = 0.f;
+#pragma unroll
+                for (int i = 0; i < NS; ++i) vB[q][i] = vC[q][i] = 0.f;
                 if (q >= cnt) continue;
                 const int t = g0 + q;  // within the chunk
-                const float delta = sc.delta()[t * C + ch], u = st.u()[t * C + ch], dy = sc.dy()[t * C + ch];
+                const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
                 float hp[NS], bv[NS], cv[NS];
                 {
                     const float4 v = hist[t * kThreads + tid];  // h_{t−1}
@@ -735,34 +728,46 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 float yacc = 0.f;  // this lane's share of y = Σ_n h·C (+ D·u)
 #pragma unroll
                 for (int i = 0; i < NS; ++i) yacc = fmaf(hn[i], cv[i], yacc);
+                const float dy = __shfl_sync(0xffffffffu, gg.dy, lane0 | q);
                 gD += dy * u;
-                float gn[NS];
-                stepBack<NS, true>(G, gA, A, a2, hp, bv, cv, delta, dy, NS, gn, part[q][1], part[q][2]);
-                hist[(t + 1) * kThreads + tid] = make_float4(gn[0], gn[1], gn[2], gn[3]);  // h_t is not read again
+                stepBack<NS, true>(G, gA, A, a2, hn, hp, bv, cv, delta, u, dy, NS, vB[q], vC[q], part[q][1], part[q][2]);
                 part[q][0] = yacc;
 #pragma unroll
                 for (int i = 0; i < NS; ++i) hn[i] = hp[i];
             }
-            // (b) lane q of each channel gets step q's three sums over the channel's lanes and stores its du, dΔ
-            // (times softplus'), dz
+            // (b) lane q of each channel gets step q's three sums over the channel's lanes; every step's dB_t / dC_t
+            // terms are halved over the warp's channels into this quad's table. (A lane past the last channel adds
+            // zeros: its stage columns are zero-filled, so its dy and u, and with them its vB and vC, are 0.)
             float mine[3];
             quadSums(part, p.lane, mine);
-            if (p.active && p.lane < cnt) {
-                const int t = g0 + p.lane, at = t * C + ch;
-                const float delta = sc.delta()[at], u = st.u()[at], dy = sc.dy()[at];
-                const int64_t r = row0 + ta + t;
-                const float ddt = fmaf(u, mine[1], mine[2]) * softplusGrad(st.dt()[at] + dtb);
+            float* const tq = table + (quads & 1) * kQuad * kWarps * 2 * N;
+#pragma unroll
+            for (int q = 0; q < kQuad; ++q) {
+                int e;
+                const float v = halveOverChannels(vB[q], vC[q], tid % 32, &e);
+                tq[(q * kWarps + tid / 32) * 2 * N + e] = v;
+            }
+            if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
+                const int t = g0 + p.lane;
+                const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
+                const int64_t r = rg + p.lane;
+                const float ddt = fmaf(u, mine[1], mine[2]) * softplusGrad(my_dtr);
                 gDb += ddt;
-                s.du[r * E + p.d] = dskip * dy + delta * mine[1];
+                s.du[r * E + p.d] = dskip * gg.dy + delta * mine[1];
                 storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
-                storeGrad(s.dz, s.lddz, s.dz16, r, p.d, st.dout()[at] * (dskip * u + mine[0]) * sc.gate()[at]);
+                storeGrad(s.dz, s.lddz, s.dz16, r, p.d, my_dout * (dskip * u + mine[0]) * gg.g);
+            }
+            // thread k: step k / 2N, value k % 2N over the block's warps in order. One barrier per quad: the table
+            // alternates between two halves, and every read of the chunk's stage, states and Δ comes before it.
+            __syncthreads();
+            if (tid < cnt * 2 * N) {
+                const int q = tid / (2 * N), e = tid % (2 * N);
+                const float* col = tq + q * kWarps * 2 * N + e;
+                o.pbc[(static_cast<int64_t>(p.chb) * R + rg + q) * 2 * N + e] =
+                    (col[0] + col[2 * N]) + (col[4 * N] + col[6 * N]);
+                static_assert(kWarps == 4, "the sum over the warps is written out for 4");
             }
         }
-        __syncthreads();  // every channel's gn is in
-
-        // 4. dB_t over the block's channels, from gn (a lane past the last channel adds zeros: its stage columns are
-        // zero-filled, so its Δu is 0)
-        channelSums(hist, sc.du(), len, pbc_rows, 0);
     }
     finishBlock<NS, true>(s, o, p, G, gA, gD, gDb, kQuad);
 }
