@@ -164,6 +164,30 @@ private:
 };
 
 /**
+ * Host memory for a device's large transfers (a training batch's inputs and targets, many rows of logits): page-locked
+ * when `device` is a CUDA ordinal and the driver grants it, so copies between it and the device run by DMA at the
+ * link's rate, with no staging copy inside the library; plain memory for DEVICE_CPU or when pinning is refused
+ * (pinned() says which). Any model's calls accept it like any host pointer.
+ */
+class MAMBA_API HostBuffer {
+public:
+    HostBuffer(int device, int64_t bytes);
+    ~HostBuffer();
+    HostBuffer(const HostBuffer&) = delete;
+    HostBuffer& operator=(const HostBuffer&) = delete;
+
+    void* data() const;
+    int64_t bytes() const;
+    /** Whether the memory is page-locked for CUDA transfers. */
+    bool pinned() const;
+
+private:
+    void* data_;
+    int64_t bytes_;
+    bool pinned_;
+};
+
+/**
  * Recurrent state of a batch of independent sequences, per row and layer. Mamba-1: the conv history
  * (d_conv-1 pre-conv inputs per channel, oldest first) and the SSM state h [d_inner, d_state]. Mamba-3 SISO:
  * the SSM state [nheads, headdim, d_state], the last rotated key [nheads, d_state], the last input

@@ -23,6 +23,13 @@ std::shared_ptr<Ops> cpuBackend();
  */
 std::shared_ptr<Ops> newCudaBackend(int ordinal);
 
+/**
+ * Page-locked host memory for transfers to CUDA device `ordinal` (valid for every context), or null when the driver
+ * refuses it or libmamba has no CUDA. Throws as newCudaBackend does for a missing device. Freed by freePinnedHost.
+ */
+void* allocPinnedHost(int ordinal, size_t bytes);
+void freePinnedHost(void* p) noexcept;
+
 /** DEVICE_CPU → the CPU backend; an ordinal ≥ 0 → a new CUDA context. */
 inline std::shared_ptr<Ops> openBackend(int device) {
     return device == DEVICE_CPU ? cpuBackend() : newCudaBackend(device);

@@ -15,6 +15,12 @@ std::shared_ptr<Ops> newCudaBackend(int ordinal) {
                              std::to_string(ordinal) + ")");
 }
 
+void* allocPinnedHost(int ordinal, size_t) {
+    newCudaBackend(ordinal);
+    return nullptr;
+}
+void freePinnedHost(void*) noexcept {}
+
 int cudaDeviceCount() { return 0; }
 std::string cudaUnavailableReason() { return "libmamba was built without CUDA support"; }
 std::string cudaDeviceName(int ordinal) {

@@ -266,6 +266,18 @@ void* CudaBackend::pinned(void*& buf, size_t& cap, size_t bytes) {
     return buf;
 }
 
+namespace {
+/** Whether host memory is page-locked (mamba::HostBuffer, cudaHostAlloc or cudaHostRegister): DMA reads it as it is. */
+bool pageLocked(const void* p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+}  // namespace
+
 void CudaBackend::upload(float* dst, const float* host, int64_t n) {
     Lock lock(mu_);
     if (n <= 0) return;
@@ -273,9 +285,14 @@ void CudaBackend::upload(float* dst, const float* host, int64_t n) {
     enter();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
     serialize_next_ = true;  // uploads may write weights: the next kernel must not prefetch them early
-    if (!up_done_) check(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventSynchronize(up_done_), "cudaEventSynchronize (upload staging)");
-    if (void* stage = pinned(pin_up_, pin_up_cap_, bytes)) {
+    // the caller's page-locked memory (mamba::HostBuffer) is copied from as it is: no staging copy, any size
+    void* stage = nullptr;
+    if (!pageLocked(host)) {
+        if (!up_done_) check(cudaEventCreateWithFlags(&up_done_, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventSynchronize(up_done_), "cudaEventSynchronize (upload staging)");
+        stage = pinned(pin_up_, pin_up_cap_, bytes);
+    }
+    if (stage) {
         // Through pinned memory: the caller's buffer is free on return, and the copy itself runs
         // asynchronously in stream order (nothing waits for it here).
         std::memcpy(stage, host, bytes);
@@ -294,7 +311,8 @@ void CudaBackend::download(float* host, const float* src, int64_t n) {
     requireNotCapturing("download");
     enter();
     const size_t bytes = static_cast<size_t>(n) * sizeof(float);
-    if (void* stage = pinned(pin_down_, pin_down_cap_, bytes)) {
+    // straight into the caller's page-locked memory, else through the staging buffer
+    if (void* stage = pageLocked(host) ? nullptr : pinned(pin_down_, pin_down_cap_, bytes)) {
         check(cudaMemcpyAsync(stage, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (device to host)");
         check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after download");
         std::memcpy(host, stage, bytes);

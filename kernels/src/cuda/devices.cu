@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -68,6 +69,21 @@ bool builtWithCuda() { return true; }
 std::shared_ptr<Ops> newCudaBackend(int ordinal) {
     requireOrdinal(ordinal);
     return std::make_shared<cuda::CudaBackend>(ordinal);
+}
+
+void* allocPinnedHost(int ordinal, size_t bytes) {
+    requireOrdinal(ordinal);
+    void* p = nullptr;
+    // portable: page-locked for every context, as each model's backend has its own
+    if (cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return p;
+}
+
+void freePinnedHost(void* p) noexcept {
+    if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
 int cudaDeviceCount() { return probe().count; }

@@ -62,7 +62,7 @@ public final class MambaModel implements AutoCloseable {
     private final DType dtype;
     private final Model peer;
     private final NativeGuard guard;
-    private final HostStaging staging = new HostStaging();
+    private final HostStaging staging;
     private final List<String> names;
 
     private MambaModel(ModelConfig config, int inputDim, int vocabSize, boolean tieEmbeddings, Device device, DType dtype,
@@ -73,6 +73,7 @@ public final class MambaModel implements AutoCloseable {
         this.vocabSize = vocabSize;
         this.tieEmbeddings = tieEmbeddings;
         this.device = device;
+        this.staging = new HostStaging(device.code());
         this.dtype = dtype;
         try (org.mamba4j.nativ.ModelConfig c = ModelConfigs.toNative(config, inputDim, vocabSize, tieEmbeddings)) {
             this.peer = NativeGuard.config(() -> new Model(c, device.code(), dtype.code, seed));

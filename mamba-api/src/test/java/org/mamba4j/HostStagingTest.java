@@ -2,6 +2,7 @@ package org.mamba4j;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -13,7 +14,9 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.function.Function;
+import org.bytedeco.javacpp.FloatPointer;
 import org.junit.jupiter.api.Test;
+import org.mamba4j.nativ.HostBuffer;
 
 /**
  * Large inputs and outputs go through the model's reusable native buffers (HostStaging) instead of JNI array
@@ -27,18 +30,23 @@ class HostStagingTest {
 
     /** Runs script on a fresh model with every call on one path; returns everything it produced. */
     private static List<float[]> runAll(boolean staged, Function<MambaModel[], List<float[]>> script) {
+        return runAll(Device.cpu(), staged, script);
+    }
+
+    /** The same on a device (HostStagingGpuTest: page-locked buffers on CUDA). */
+    static List<float[]> runAll(Device device, boolean staged, Function<MambaModel[], List<float[]>> script) {
         long saved = HostStaging.minFloats;
         HostStaging.minFloats = staged ? 0 : Long.MAX_VALUE;
         Mamba1Config c = Mamba1Config.builder().dModel(16).dState(4).layers(2).build();
-        try (MambaModel lm = MambaModel.builder(c).vocabSize(V).device(Device.cpu()).seed(7).build();
-             MambaModel bb = MambaModel.builder(c).inputDim(IN).device(Device.cpu()).seed(8).build()) {
+        try (MambaModel lm = MambaModel.builder(c).vocabSize(V).device(device).seed(7).build();
+             MambaModel bb = MambaModel.builder(c).inputDim(IN).device(device).seed(8).build()) {
             return script.apply(new MambaModel[] {lm, bb});
         } finally {
             HostStaging.minFloats = saved;
         }
     }
 
-    private static List<float[]> script(MambaModel[] models) {
+    static List<float[]> script(MambaModel[] models) {
         MambaModel lm = models[0], bb = models[1];
         List<float[]> out = new ArrayList<>();
         Random rng = new Random(3);
@@ -178,7 +186,7 @@ class HostStagingTest {
     }
 
     /** One staged call's buffers: an input holding x and an output of out.length floats, copied out. */
-    private static void inOut(HostStaging pool, float[] x, float[] out) {
+    static void inOut(HostStaging pool, float[] x, float[] out) {
         try (HostStaging.Lease l = pool.lease()) {
             l.floats(x);
             l.floats(out.length).get(out);
@@ -208,6 +216,28 @@ class HostStagingTest {
         assertEquals(0, pool.keptBytes());
         inOut(pool, small, small);  // still usable after close, keeps nothing
         assertEquals(0, pool.keptBytes());
+    }
+
+    @Test
+    void aHostBufferForTheCpuIsPlainMemoryAndBadSizesThrow() {
+        Native.load();
+        try (HostBuffer b = new HostBuffer(-1, 1000)) {
+            assertEquals(1000, b.bytes());
+            assertFalse(b.pinned(), "CPU buffers are plain memory");
+            assertFalse(b.data().isNull());
+            FloatPointer f = new FloatPointer(b.data()).capacity(250);
+            f.put(249, 2.5f);
+            assertEquals(2.5f, f.get(249));
+        }
+        assertThrows(RuntimeException.class, () -> new HostBuffer(-1, -1));
+        assertThrows(RuntimeException.class, () -> new HostBuffer(-2, 16));
+        if (Device.cudaCount() == 0)  // no GPU: asking for a CUDA device's buffer is an error, not plain memory
+            assertThrows(RuntimeException.class, () -> new HostBuffer(0, 16));
+        HostStaging cpu = new HostStaging(-1);
+        inOut(cpu, new float[1000], new float[1000]);
+        assertFalse(cpu.keepsPinned());
+        assertEquals(HostStaging.MAX_KEPT_BYTES, cpu.maxKeptBytes());
+        cpu.close();
     }
 
     @Test
