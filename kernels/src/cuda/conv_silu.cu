@@ -5,8 +5,8 @@
 // Two shapes of the same arithmetic (acc = bias + Σ_k w[k]·v_k in tap order, then SiLU):
 //  - stepwise: one thread per (row b, channel) walks the T steps with the window in registers and
 //    rewrites the history itself — one launch, used for decode (T small) or when B·channels fill the GPU;
-//  - parallel: one thread per (channel, tile of kTile positions) reads each position's K taps from x or
-//    the history (overlapping windows hit L1), then a second small kernel rewrites the history (it must
+//  - parallel: one thread per (channel, tile of kTile positions of one row) loads the tile's inputs once (and
+//    the history where the tile starts a row), then a second small kernel rewrites the history (it must
 //    run after every position has read the old one).
 #include "conv_step.cuh"
 #include "kernels.h"
@@ -54,34 +54,44 @@ __global__ void convStepwiseKernel(ConvArgs c) {
         if (k < H) hist[k] = win[k];
 }
 
+/**
+ * kTile positions of one row and one channel per thread: the tile's kTile + K − 1 inputs (the oldest from the
+ * history where the tile starts a row) are loaded once, all in flight together, and each position's window is
+ * taken from them — one load per input instead of K, and no division per position (a tile never crosses a row).
+ */
 __global__ void convParallelKernel(ConvArgs c) {
     pdlWait();
     pdlLaunchDependents();
     const int d = blockIdx.x * blockDim.x + threadIdx.x;
     if (d >= c.channels) return;
+    const int tiles_per_row = (c.steps + kTile - 1) / kTile;
     const int64_t tile = blockIdx.y + static_cast<int64_t>(blockIdx.z) * gridDim.y;
-    const int64_t rows = static_cast<int64_t>(c.batch) * c.steps;
-    const int K = c.width, H = K - 1;
+    if (tile >= static_cast<int64_t>(c.batch) * tiles_per_row) return;
+    const int b = static_cast<int>(tile / tiles_per_row);
+    const int t0 = static_cast<int>(tile - static_cast<int64_t>(b) * tiles_per_row) * kTile;
+    const int K = c.width, H = K - 1, count = min(kTile, c.steps - t0);
     float w[kConvMaxWidth];
 #pragma unroll
     for (int k = 0; k < kConvMaxWidth; ++k) w[k] = k < K ? c.w[d * K + k] : 0.f;
     const float bias = c.bias[d];
-    for (int j = 0; j < kTile; ++j) {
-        const int64_t r = tile * kTile + j;  // position row b*T + t
-        if (r >= rows) return;
-        const int b = static_cast<int>(r / c.steps), t = static_cast<int>(r % c.steps);
-        const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
-        const int64_t row0 = static_cast<int64_t>(b) * c.steps;
-        float acc = bias;
+    const int64_t row0 = static_cast<int64_t>(b) * c.steps;
+    const float* x = c.x + row0 * c.ldx + d;
+    const float* hist = c.history + b * c.history_stride + static_cast<int64_t>(d) * H;
+    // in[i] is the input of time t0 − H + i
+    constexpr int kInputs = kTile + kConvMaxWidth - 1;
+    float in[kInputs];
 #pragma unroll
-        for (int k = 0; k < kConvMaxWidth; ++k) {
-            if (k < K) {
-                const int src = t - H + k;  // time of the input this tap multiplies
-                const float v = src >= 0 ? c.x[(row0 + src) * c.ldx + d] : hist[H + src];
-                acc += w[k] * v;
-            }
-        }
-        storeU(c, r, d, siluf(acc));
+    for (int i = 0; i < kInputs; ++i) {
+        const int src = t0 - H + i;
+        in[i] = i >= H + count ? 0.f : src >= 0 ? x[static_cast<int64_t>(src) * c.ldx] : hist[H + src];
+    }
+#pragma unroll
+    for (int j = 0; j < kTile; ++j) {
+        if (j >= count) break;
+        float win[kConvMaxWidth];
+#pragma unroll
+        for (int k = 0; k < kConvMaxWidth; ++k) win[k] = in[j + k];
+        storeU(c, row0 + t0 + j, d, convSiluStep(w, win, K, bias));
     }
 }
 
@@ -117,7 +127,7 @@ void convSilu(const Exec& ex, const ConvArgs& c) {
         launch("convSilu", ex, convStepwiseKernel, dim3(blocksFor(lanes, 128)), dim3(128), 0, c);
         return;
     }
-    const int64_t tiles = (static_cast<int64_t>(c.batch) * c.steps + kTile - 1) / kTile;
+    const int64_t tiles = static_cast<int64_t>(c.batch) * ((c.steps + kTile - 1) / kTile);
     const unsigned ychunks = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
     const unsigned zchunks = static_cast<unsigned>((tiles + ychunks - 1) / ychunks);
     const int threads = c.channels >= 128 ? 128 : 32;

@@ -657,11 +657,12 @@ Prepared normLinearConvCase(Ops& ops, uint64_t seed, GemmMode mode, int dtype, i
     return p;
 }
 
-Prepared rmsnormBackwardCase(Ops& ops, uint64_t seed, int64_t rows, int d, float beta, bool tiny) {
+// aligned: every leading dimension a multiple of 4 (with d % 4 == 0, CUDA's float4 path), else odd paddings.
+Prepared rmsnormBackwardCase(Ops& ops, uint64_t seed, int64_t rows, int d, float beta, bool tiny, bool aligned = false) {
     Rng rng(seed);
     Prepared p = start(ops);
     Arena* A = p.arena.get();
-    const int64_t ldx = d + 3, lddy = d + 5, lddx = d + 2;
+    const int64_t ldx = d + (aligned ? 4 : 3), lddy = d + (aligned ? 0 : 5), lddx = d + (aligned ? 8 : 2);
     // tiny: every row about 1e-3, where eps matters (mixed rows would let the tiny ones, whose gradients are
     // ~1/rms larger, dominate the normalisation of the comparison).
     const std::vector<float> x = padded(rng, rows, ldx, d, tiny ? -4e-3 : -2, tiny ? 4e-3 : 2);
@@ -2368,9 +2369,15 @@ std::vector<Case> allCases() {
                     NEED_TRAINING, false, [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, rows, d, beta, false); });
     add("rmsnormBackward", "rows=8 d=96 beta=0 ld+ tiny rows", DTYPE_F32, "-", NEED_TRAINING, false,
         [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 8, 96, 0.f, true); });
-    for (int d : {768, 2048})  // the 130m and 1.3b training shapes (B 8 × T 2,048 rows; timing)
-        add("rmsnormBackward", format("rows=16384 d=%d beta=1 ld+", d), DTYPE_F32, "-", NEED_TRAINING, true,
-            [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 16384, d, 1.f, false); });
+    for (int64_t rows : {7, 100})  // d and the leading dimensions multiples of 4: CUDA's float4 path (d 1,000: lanes with fewer groups)
+        for (int d : {96, 1000})
+            for (float beta : {0.f, 1.f})
+                add("rmsnormBackward", format("rows=%lld d=%d beta=%g aligned", static_cast<long long>(rows), d, beta),
+                    DTYPE_F32, "-", NEED_TRAINING, false,
+                    [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, rows, d, beta, false, true); });
+    for (int d : {768, 2048})  // the 130m and 1.3b training shapes (B 8 × T 2,048 rows; timing), aligned as the model's
+        add("rmsnormBackward", format("rows=16384 d=%d beta=1 aligned", d), DTYPE_F32, "-", NEED_TRAINING, true,
+            [=](Ops& o, uint64_t s) { return rmsnormBackwardCase(o, s, 16384, d, 1.f, false, true); });
 
     // ---- embed, negExp, 16-bit conversions ----
     for (int dtype : {DTYPE_F32, DTYPE_BF16, DTYPE_F16})
