@@ -231,10 +231,16 @@ __global__ void __launch_bounds__(kThreads) scanKernel(ScanKernelArgs k) {
 constexpr int kWalkStages = 3;               // tiles of steps in flight: the one walked and two loading
 constexpr int kWalkStageFloats = 4096;       // one tile: 16 KB, so the three fit the default 48 KB
 
-/** Steps per tile of the staged walk: a step's record is dt, u, z of the block's channels, then B and C. */
-inline int walkTileSteps(int per_block, int N, int floats = kWalkStageFloats) {
-    const int l = floats / (3 * per_block + 2 * N);
-    return l < 1 ? 1 : l > 64 ? 64 : l;
+/**
+ * Steps per tile of the staged walk: a step's record is dt, u, z of the block's channels, then B and C. Rounded down to
+ * a multiple of the walk's unroll G where the tile holds one: every tile and checkpoint edge then falls on a group edge
+ * (checkpoints every 16 steps), so the walk never takes single steps: 25-step tiles against 16-step checkpoints made
+ * 12% of the steps single ones, each with a whole group's loop and checkpoint overhead.
+ */
+inline int walkTileSteps(int per_block, int N, int G, int floats = kWalkStageFloats) {
+    int l = floats / (3 * per_block + 2 * N);
+    l = l < 1 ? 1 : l > 64 ? 64 : l;
+    return l >= G ? l - l % G : l;
 }
 
 /**
@@ -488,11 +494,11 @@ bool walkRuns(const Exec& ex, int64_t batch, int channels, int lanes, int steps)
 }
 
 // The training forward's walk: two warps of walkers (16 channels) and two of copiers per block, tiles of 2,048
-// floats (25 steps at d_state 16), the walk unrolled by 4 steps (by 8 it needs 128 registers, by 4 80). H100,
-// op_test --big --time, µs, this config / the chunked scan: B 8 × T 2,048 × 1,536 channels 470 / 864, B 8 × T 256
-// 69 / 147; one row of T 2,048 (96 blocks) 249 / 153, so few blocks keep the chunked scan. The others tried, at
-// B 8 × T 2,048: walkers × copiers × tile floats 32 × 96 × 4,096 550 (unrolled by 8) / 782 (by 4), 32 × 32 × 2,048
-// 593 / 618, 64 × 64 × 2,048 630 (by 8).
+// floats (24 steps at d_state 16: 25 fit, rounded down to the unroll), the walk unrolled by 4 steps (by 8 it needs 128
+// registers, by 4 80). H100, op_test --big --time, µs, this config / the chunked scan: B 8 × T 2,048 × 1,536 channels
+// 470 / 864, B 8 × T 256 69 / 147; one row of T 2,048 (96 blocks) 249 / 153, so few blocks keep the chunked scan. The
+// others tried, at B 8 × T 2,048: walkers × copiers × tile floats 32 × 96 × 4,096 550 (unrolled by 8) / 782 (by 4),
+// 32 × 32 × 2,048 593 / 618, 64 × 64 × 2,048 630 (by 8).
 constexpr int kTrainWalkers = 64, kTrainCopiers = 64, kTrainWalkTileFloats = 2048, kTrainWalkUnroll = 4;
 
 /**
@@ -512,7 +518,7 @@ template <int S, int WALKERS, int COPIERS = WALKERS, int G = 8>
 void launchWalkSW(const char* name, const Exec& ex, ScanKernelArgs k, int floats = kWalkStageFloats) {
     constexpr int per_block = WALKERS / S;
     const int N = k.s.d_state;
-    k.walk_steps = walkTileSteps(per_block, N, floats);
+    k.walk_steps = walkTileSteps(per_block, N, G, floats);
     const size_t smem = sizeof(float) * kWalkStages * k.walk_steps * (3 * per_block + 2 * N);
     const dim3 grid(static_cast<unsigned>(k.s.batch * ((k.s.channels + per_block - 1) / per_block)));
     const dim3 walkers_and_copiers(WALKERS + COPIERS);

@@ -5,8 +5,8 @@
 //    and dc_t = du_t·SiLU'(conv_t) for t < T (dc_t = 0 past the sequence end);
 //  - for t < t1 adds dc_t to the bias gradient and dc_t·x_{t−H+k} to tap k's weight gradient;
 //  - keeps the last K inputs and the last K values of dc in registers (the width K is a template argument, so the
-//    windows shift at compile-time indices), loads x and du kGroup steps at a time, a group ahead, and once
-//    t ≥ t0 + H emits dx_s = Σ_k w[k]·dc_{s+H−k} for s = t − H (the steps s+H−k ≥ T contribute zero).
+//    windows shift at compile-time indices), loads each step's x and du one step ahead, and once t ≥ t0 + H emits
+//    dx_s = Σ_k w[k]·dc_{s+H−k} for s = t − H (the steps s+H−k ≥ T contribute zero).
 // The steps t1 … t1+H−1 are recomputed by the next tile too (H ≤ 7 extra steps per 32).
 // Weight/bias gradients: one partial per (b, tile), then a second kernel adds them in (b, tile) order.
 #include "lowp.cuh"
@@ -16,7 +16,6 @@ namespace mamba::cuda::train {
 namespace {
 
 constexpr int kMaxWidth = 8;
-constexpr int kGroup = 8;  // steps whose inputs are loaded together
 
 // SiLU'(x); 1/y as the correctly rounded reciprocal (the bits of 1.f / y without the division's slow path).
 __device__ __forceinline__ float dsiluf(float x) {
@@ -68,59 +67,43 @@ __global__ void convBackwardKernel(ConvBackwardArgs c, int tiles, float* pw, flo
     const float* dend = c.dhistory_end ? c.dhistory_end + b * c.dhistory_stride + static_cast<int64_t>(d) * H : nullptr;
     float* dhist = c.dhistory ? c.dhistory + b * c.dhistory_stride + static_cast<int64_t>(d) * H : nullptr;
     const int s_first = tile == 0 && dhist ? -H : t0;
-    // x and du a group of kGroup steps ahead: the next group's 2·kGroup loads are in flight while this group is walked
-    // (one step ahead left ≈ 2 loads in flight per thread, and the kernel waited on memory at half the HBM rate)
-    const int t_end = t1 + H;
-    float x_next[kGroup], du_next[kGroup];
-    auto loadGroup = [&](int tg) {
-#pragma unroll
-        for (int g = 0; g < kGroup; ++g) {
-            const int t = tg + g;
-            x_next[g] = t < T && t < t_end ? xp[static_cast<int64_t>(t) * c.ldx] : 0.f;
-            du_next[g] = t < T && t < t_end ? dup[static_cast<int64_t>(t) * c.ldu] : 0.f;
+    float x_next = t0 < T ? xp[static_cast<int64_t>(t0) * c.ldx] : 0.f;
+    float du_next = t0 < T ? dup[static_cast<int64_t>(t0) * c.ldu] : 0.f;
+    for (int t = t0; t < t1 + H; ++t) {
+        const float x_t = x_next, du_t = du_next;
+        if (t + 1 < T) {
+            x_next = xp[static_cast<int64_t>(t + 1) * c.ldx];
+            du_next = dup[static_cast<int64_t>(t + 1) * c.ldu];
         }
-    };
-    loadGroup(t0);
-    for (int tg = t0; tg < t_end; tg += kGroup) {
-        float x_now[kGroup], du_now[kGroup];
 #pragma unroll
-        for (int g = 0; g < kGroup; ++g) x_now[g] = x_next[g], du_now[g] = du_next[g];
-        if (tg + kGroup < t_end) loadGroup(tg + kGroup);
+        for (int k = 0; k < K - 1; ++k) xv[k] = xv[k + 1];
+        xv[K - 1] = x_t;
+        float dct = 0.f;
+        if (t < T) {
+            float acc = bias;
 #pragma unroll
-        for (int g = 0; g < kGroup; ++g) {
-            const int t = tg + g;
-            if (t >= t_end) break;
-            const float x_t = x_now[g], du_t = du_now[g];
+            for (int k = 0; k < K; ++k) acc += w[k] * xv[k];
+            dct = du_t * dsiluf(acc);
+            if (t < t1) {
+                gb += dct;
 #pragma unroll
-            for (int k = 0; k < K - 1; ++k) xv[k] = xv[k + 1];
-            xv[K - 1] = x_t;
-            float dct = 0.f;
-            if (t < T) {
-                float acc = bias;
-#pragma unroll
-                for (int k = 0; k < K; ++k) acc += w[k] * xv[k];
-                dct = du_t * dsiluf(acc);
-                if (t < t1) {
-                    gb += dct;
-#pragma unroll
-                    for (int k = 0; k < K; ++k) gw[k] += dct * xv[k];
-                }
+                for (int k = 0; k < K; ++k) gw[k] += dct * xv[k];
             }
+        }
 #pragma unroll
-            for (int k = K - 1; k > 0; --k) win[k] = win[k - 1];
-            win[0] = dct;
-            const int s = t - H;
-            if (s >= s_first) {
-                float acc = 0.f;
+        for (int k = K - 1; k > 0; --k) win[k] = win[k - 1];
+        win[0] = dct;
+        const int s = t - H;
+        if (s >= s_first) {
+            float acc = 0.f;
 #pragma unroll
-                for (int k = 0; k < K; ++k) acc += w[k] * win[k];  // w[k]·dc_{s+H−k}
-                const int e = s - (T - H);
-                if (dend && e >= 0) acc += dend[e];
-                if (s >= 0)
-                    dxp[static_cast<int64_t>(s) * lddx] = asOutput<Out>(acc);
-                else
-                    dhist[H + s] = acc;
-            }
+            for (int k = 0; k < K; ++k) acc += w[k] * win[k];  // w[k]·dc_{s+H−k}
+            const int e = s - (T - H);
+            if (dend && e >= 0) acc += dend[e];
+            if (s >= 0)
+                dxp[static_cast<int64_t>(s) * lddx] = asOutput<Out>(acc);
+            else
+                dhist[H + s] = acc;
         }
     }
     float* pwr = pw + (p * c.channels + d) * K;

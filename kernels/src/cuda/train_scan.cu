@@ -668,8 +668,9 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
         // handed round; hist[j + 1] = the state after step ta + j
         float h[NS] = {ck4.x, ck4.y, ck4.z, ck4.w};
         hist[tid] = ck4;
-        for (int g0 = 0; g0 < len; g0 += kQuad) {
-            const int cnt = min(kQuad, len - g0);
+        // full: a whole quad (every quad of a 16-step chunk), so no step count survives compilation
+        auto rerunQuad = [&](int g0, auto full) {
+            const int cnt = decltype(full)::value ? kQuad : min(kQuad, len - g0);
             float my_delta = 0.f, my_u = 0.f;
             if (p.lane < cnt) {
                 my_delta = softplusf(st.dt()[(g0 + p.lane) * C + ch] + dtb);
@@ -688,6 +689,10 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                     hist[(g0 + q + 1) * kThreads + tid] = make_float4(h[0], h[1], h[2], h[3]);
                 }
             }
+        };
+        for (int g0 = 0; g0 < len; g0 += kQuad) {
+            if (g0 + kQuad <= len) rerunQuad(g0, std::true_type{});
+            else rerunQuad(g0, std::false_type{});
         }
         __syncwarp();  // a channel's Δ cache and states are written by its own lanes, all in one warp
 
@@ -697,8 +702,8 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             const float4 v = hist[len * kThreads + tid];
             hn[0] = v.x, hn[1] = v.y, hn[2] = v.z, hn[3] = v.w;
         }
-        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad, ++quads) {
-            const int cnt = min(kQuad, len - g0);
+        auto walkQuad = [&](int g0, auto full) {
+            const int cnt = decltype(full)::value ? kQuad : min(kQuad, len - g0);
             const int64_t rg = row0 + ta + g0;
             // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
             float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f;
@@ -771,6 +776,10 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                     (col[0] + col[2 * N]) + (col[4 * N] + col[6 * N]);
                 static_assert(kWarps == 4, "the sum over the warps is written out for 4");
             }
+        };
+        for (int g0 = (len - 1) / kQuad * kQuad; g0 >= 0; g0 -= kQuad, ++quads) {
+            if (g0 + kQuad <= len) walkQuad(g0, std::true_type{});
+            else walkQuad(g0, std::false_type{});
         }
     }
     finishBlock<NS, true>(s, o, p, G, gA, gD, gDb, kQuad);
