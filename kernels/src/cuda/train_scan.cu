@@ -268,6 +268,13 @@ __device__ __forceinline__ void storeGrad(float* f32, int64_t ld, const Rounded1
     else storeRounded(r16, r, d, v);
 }
 
+/** The same with the output's type known at compile time (GradT: float, or the Rounded16's 2-byte type). */
+template <typename GradT>
+__device__ __forceinline__ void storeGrad(float* f32, int64_t ld, const Rounded16& r16, int64_t r, int d, float v) {
+    if constexpr (std::is_same_v<GradT, float>) f32[r * ld + d] = v;
+    else static_cast<GradT*>(r16.data)[r * r16.ld + d] = toStorage<GradT>(v);
+}
+
 /**
  * What a block leaves behind: ∂L/∂h_start (first group), the dA, dD and dt-bias partials of its (row, group). gDb is
  * each lane's share of Σ_t ddt: summed over the channel's S lanes here (every lane takes part in the shuffles).
@@ -605,7 +612,7 @@ __device__ __forceinline__ void stageChunk16(const Stage16& st, const ScanBackwa
     }
 }
 
-template <bool VEC>
+template <bool VEC, typename GradT>
 __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     scanBackward16Kernel(ScanBackwardArgs s, Layout L, BackwardOut o) {
     constexpr int NS = 4, N = 16, C = kFullChannels;
@@ -618,6 +625,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int tid = threadIdx.x;
     const int ch = tid / kQuad;                                          // the channel within the block
     const int lane0 = (tid % 32) & ~(kQuad - 1);                         // its first lane in the warp
+    const int lane = tid % kQuad, n0 = lane * NS;  // p.lane, p.n0 known to the compiler (4 lanes per channel)
     const int d0 = p.chb * C;                                            // the block's first channel
     float4* hist = smem4;                                                // [kPiece + 1][kThreads]: the chunk's states
     float* dcache = reinterpret_cast<float*>(hist + (kPiece + 1) * kThreads);  // [kPiece][C]: Δ
@@ -628,9 +636,9 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     float a2[NS], A[NS], G[NS], gA[NS];
 #pragma unroll
     for (int i = 0; i < NS; ++i) {
-        A[i] = s.a[static_cast<int64_t>(p.d) * N + p.n0 + i];
+        A[i] = s.a[static_cast<int64_t>(p.d) * N + n0 + i];
         a2[i] = A[i] * kLog2e;
-        G[i] = startCarry(s, o, p, p.n0 + i);
+        G[i] = startCarry(s, o, p, n0 + i);
         gA[i] = 0.f;
     }
     float gD = 0.f, gDb = 0.f;  // gDb: this lane's steps' Σ ddt (lane q takes step q of every kQuad)
@@ -639,7 +647,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
     const int64_t row0 = static_cast<int64_t>(p.b) * T;
     // the checkpoint of chunk c (no alignment asked of the checkpoints), loaded a chunk ahead like the stages
     auto checkpoint = [&](int c) {
-        const float* ckc = ck + static_cast<int64_t>(c) * E * N + p.n0;
+        const float* ckc = ck + static_cast<int64_t>(c) * E * N + n0;
         return make_float4(ckc[0], ckc[1], ckc[2], ckc[3]);
     };
     auto stageFor = [&](int c) {
@@ -672,17 +680,17 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
         auto rerunQuad = [&](int g0, auto full) {
             const int cnt = decltype(full)::value ? kQuad : min(kQuad, len - g0);
             float my_delta = 0.f, my_u = 0.f;
-            if (p.lane < cnt) {
-                my_delta = softplusf(st.dt()[(g0 + p.lane) * C + ch] + dtb);
-                my_u = st.u()[(g0 + p.lane) * C + ch];
-                dcache[(g0 + p.lane) * C + ch] = my_delta;
+            if (lane < cnt) {
+                my_delta = softplusf(st.dt()[(g0 + lane) * C + ch] + dtb);
+                my_u = st.u()[(g0 + lane) * C + ch];
+                dcache[(g0 + lane) * C + ch] = my_delta;
             }
 #pragma unroll
             for (int q = 0; q < kQuad; ++q) {
                 if (q < cnt) {
                     const float delta = __shfl_sync(0xffffffffu, my_delta, lane0 | q);
                     const float du = delta * __shfl_sync(0xffffffffu, my_u, lane0 | q);
-                    const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + (g0 + q) * 32 + p.n0);
+                    const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + (g0 + q) * 32 + n0);
                     const float bv[NS] = {b4.x, b4.y, b4.z, b4.w};
 #pragma unroll
                     for (int i = 0; i < NS; ++i) h[i] = scanUpdate(h[i], a2[i], delta, du, bv[i]);
@@ -707,10 +715,10 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             const int64_t rg = row0 + ta + g0;
             // lane q: step q's gate inputs and values, once per channel; dy handed round by a shuffle
             float my_dout = 0.f, my_z = 0.f, my_dtr = 0.f;
-            if (p.lane < cnt) {
-                my_dout = st.dout()[(g0 + p.lane) * C + ch];
-                my_z = st.z()[(g0 + p.lane) * C + ch];
-                my_dtr = st.dt()[(g0 + p.lane) * C + ch] + dtb;
+            if (lane < cnt) {
+                my_dout = st.dout()[(g0 + lane) * C + ch];
+                my_z = st.z()[(g0 + lane) * C + ch];
+                my_dtr = st.dt()[(g0 + lane) * C + ch] + dtb;
             }
             const GateGrad gg = gateGrad(my_dout, my_z);
             // (a) the G chain through the quad's steps. What the steps leave for sums over lanes and channels is
@@ -729,8 +737,8 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 {
                     const float4 v = hist[t * kThreads + tid];  // h_{t−1}
                     hp[0] = v.x, hp[1] = v.y, hp[2] = v.z, hp[3] = v.w;
-                    const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + p.n0);
-                    const float4 c4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + N + p.n0);
+                    const float4 b4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + n0);
+                    const float4 c4 = *reinterpret_cast<const float4*>(st.bc() + t * 32 + N + n0);
                     bv[0] = b4.x, bv[1] = b4.y, bv[2] = b4.z, bv[3] = b4.w;
                     cv[0] = c4.x, cv[1] = c4.y, cv[2] = c4.z, cv[3] = c4.w;
                 }
@@ -748,7 +756,7 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
             // terms are halved over the warp's channels into this quad's table. (A lane past the last channel adds
             // zeros: its stage columns are zero-filled, so its dy and u, and with them its vB and vC, are 0.)
             float mine[3];
-            quadSums(part, p.lane, mine);
+            quadSums(part, lane, mine);
             float* const tq = table + (quads & 1) * kQuad * kWarps * 2 * N;
 #pragma unroll
             for (int q = 0; q < kQuad; ++q) {
@@ -756,15 +764,15 @@ __global__ void __launch_bounds__(kThreads, kBackward16MinBlocks)
                 const float v = halveOverChannels(vB[q], vC[q], tid % 32, &e);
                 tq[(q * kWarps + tid / 32) * 2 * N + e] = v;
             }
-            if (p.active && p.lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
-                const int t = g0 + p.lane;
+            if (p.active && lane < cnt) {  // lane q: step q's du, dΔ (times softplus'), dz
+                const int t = g0 + lane;
                 const float delta = dcache[t * C + ch], u = st.u()[t * C + ch];
-                const int64_t r = rg + p.lane;
+                const int64_t r = rg + lane;
                 const float ddt = fmaf(u, mine[1], mine[2]) * softplusGrad(my_dtr);
                 gDb += ddt;
                 s.du[r * E + p.d] = dskip * gg.dy + delta * mine[1];
-                storeGrad(s.ddt, E, s.ddt16, r, p.d, ddt);
-                storeGrad(s.dz, s.lddz, s.dz16, r, p.d, my_dout * (dskip * u + mine[0]) * gg.g);
+                storeGrad<GradT>(s.ddt, E, s.ddt16, r, p.d, ddt);
+                storeGrad<GradT>(s.dz, s.lddz, s.dz16, r, p.d, my_dout * (dskip * u + mine[0]) * gg.g);
             }
             // thread k: step k / 2N, value k % 2N over the block's warps in order. One barrier per quad: the table
             // alternates between two halves, and every read of the chunk's stage, states and Δ comes before it.
@@ -832,6 +840,13 @@ size_t backwardSmem(int chunk, int ns, int sub, int N, int per_block) {
            sizeof(float);
 }
 
+/** The d_state-16 kernel for the type its ddt and dz are written in (f32, or both rounded to one 2-byte type). */
+template <bool VEC>
+auto backward16Kernel(const ScanBackwardArgs& s) {
+    if (s.ddt) return scanBackward16Kernel<VEC, float>;
+    return s.ddt16.dtype == DTYPE_BF16 ? scanBackward16Kernel<VEC, __nv_bfloat16> : scanBackward16Kernel<VEC, __half>;
+}
+
 Layout layoutFor(int N, int batch, int channels) {
     Layout L;
     const int ns = statesPerLane(N);
@@ -865,8 +880,11 @@ void selectiveScanBackward(const Exec& ex, const ScanBackwardArgs& s, const Scra
     // every row it stages starts 16-byte aligned
     const bool vec = aligned16(s.bc) && s.ldbc % 4 == 0 && aligned16(s.dt) && aligned16(s.u) && aligned16(s.dout) &&
                      aligned16(s.z) && E % 4 == 0 && s.ldz % 4 == 0;
-    const bool d16 = N == 16 && s.chunk <= kPiece;
-    const auto kernel = d16      ? (vec ? scanBackward16Kernel<true> : scanBackward16Kernel<false>)
+    // (its ddt and dz are one type, known at compile time: both f32 or both rounded alike, as a model writes them;
+    // any other mix goes to the general kernel)
+    const bool f32_grads = s.ddt && s.dz, r16_grads = !s.ddt && !s.dz && s.ddt16.dtype == s.dz16.dtype;
+    const bool d16 = N == 16 && s.chunk <= kPiece && (f32_grads || r16_grads);
+    const auto kernel = d16      ? (vec ? backward16Kernel<true>(s) : backward16Kernel<false>(s))
                         : narrow ? scanBackwardKernel<4, 4>
                                  : scanBackwardKernel<8, 4>;
     const size_t smem = d16 ? static_cast<size_t>(backward16SmemFloats()) * sizeof(float)
