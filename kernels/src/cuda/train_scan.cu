@@ -12,9 +12,10 @@
 //       gn = G + dy·C (∂L/∂h_t);  dC_t += dy·h_t;  dB_t += gn·Δu;  Σ_n gn·B → du;
 //       Σ_n (gn·Ā·h_{t−1}·A + gn·B·u) → dΔ;  dA += gn·Ā·h_{t−1}·Δ;  G ← gn·Ā      (stepBack)
 // Two kernels walk it:
-//  - scanBackward16Kernel, d_state 16 and chunks of ≤ 16 steps (every Mamba-1 tape; see its comment): a chunk's states
-//    re-run once into shared memory and read back by the walk, its inputs staged by cp.async a chunk ahead; dB_t /
-//    dC_t halved over each warp's channels by shuffles, then the warps through a small shared table;
+//  - scanBackward16Kernel, d_state 16, chunks of ≤ 16 steps and ddt / dz of one type (every Mamba-1 tape; see its
+//    comment): a chunk's states re-run once into shared memory and read back by the walk, its inputs staged by
+//    cp.async a chunk ahead; dB_t / dC_t halved over each warp's channels by shuffles, then the warps through a small
+//    shared table;
 //  - scanBackwardKernel, any other shape: states re-run twice (every SUB-th kept, then each sub-chunk's in registers);
 //    dB_t / dC_t by xor-shuffle trees over the warp's channels, then the warps in order through shared memory.
 // dB_t, dC_t are sums over channels: one partial per (channel block, row), the channel blocks added in order by a
