@@ -87,9 +87,7 @@ Capabilities CudaBackend::capabilities() const {
     c.training = true;
     c.graphs = true;
     c.lowp_storage = true;
-    // up to 1 GiB of f32 logits (the 4,096-row cap of lmBlockRows binds first: 824 MB at a 50,280 vocabulary). At
-    // 1,334 rows a block the head's data-gradient product had 28 output tiles of 192 × 192 for 132 SMs.
-    c.logits_block_floats = int64_t{1} << 28;
+    c.logits_block_floats = int64_t{1} << 26;  // 256 MiB of f32 logits: the head's products run at GEMM speed
     c.rounds_backward_operands = true;
     return c;
 }
